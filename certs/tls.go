@@ -1,0 +1,74 @@
+// Package certs is where leaseguard's serving certificates come from and how
+// its TLS is configured. The webhook server sees only the small Source
+// interface, so how a certificate is obtained and rotated stays here.
+package certs
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Source configures the serving TLS of the webhook server.
+type Source interface {
+	// TLSOptions returns the options to apply to the server's tls.Config.
+	TLSOptions() ([]func(*tls.Config), error)
+	// CertDir, CertName and KeyName are where controller-runtime's
+	// certificate watcher reads (and re-reads on change) the key pair.
+	Files() (dir, certName, keyName string)
+}
+
+// FileSource serves a key pair from files, reloaded when they change (the
+// watcher is controller-runtime's). It suits cert-manager's mounted Secret,
+// local development and any other issuer that writes files.
+type FileSource struct {
+	Dir      string
+	CertName string
+	KeyName  string
+	// ClientCAFile, when set, makes the server require and verify a client
+	// certificate from the API server signed by this CA.
+	ClientCAFile string
+}
+
+// Files returns the key pair location.
+func (f *FileSource) Files() (string, string, string) {
+	cert, key := f.CertName, f.KeyName
+	if cert == "" {
+		cert = "tls.crt"
+	}
+	if key == "" {
+		key = "tls.key"
+	}
+	return f.Dir, cert, key
+}
+
+// TLSOptions checks that the key pair is readable (naming the file that is
+// not) and sets the TLS floor and client verification.
+func (f *FileSource) TLSOptions() ([]func(*tls.Config), error) {
+	dir, certName, keyName := f.Files()
+	certPath, keyPath := filepath.Join(dir, certName), filepath.Join(dir, keyName)
+	if _, err := tls.LoadX509KeyPair(certPath, keyPath); err != nil {
+		return nil, fmt.Errorf("serving certificate %s / key %s: %w", certPath, keyPath, err)
+	}
+	opts := []func(*tls.Config){minimumVersion}
+	if f.ClientCAFile != "" {
+		pem, err := os.ReadFile(f.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA %s: no PEM certificate found", f.ClientCAFile)
+		}
+		opts = append(opts, func(c *tls.Config) {
+			c.ClientCAs = pool
+			c.ClientAuth = tls.RequireAndVerifyClientCert
+		})
+	}
+	return opts, nil
+}
+
+// minimumVersion allows TLS 1.2 and up; Go prefers 1.3 when both sides can.
+func minimumVersion(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }

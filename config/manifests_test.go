@@ -1,0 +1,89 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The safety rules of SPEC §5, checked on the shipped webhook configurations.
+func TestWebhookConfigurationsFollowTheSafetyRules(t *testing.T) {
+	mutating, validating, err := Webhooks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(validating) != 1 || len(mutating) != 1 {
+		t.Fatalf("got %d validating and %d mutating configurations, want 1 and 1", len(validating), len(mutating))
+	}
+	type hook struct {
+		name              string
+		sideEffects       *admissionregistrationv1.SideEffectClass
+		matchPolicy       *admissionregistrationv1.MatchPolicyType
+		timeout           *int32
+		failurePolicy     *admissionregistrationv1.FailurePolicyType
+		namespaceSelector *metav1.LabelSelector
+		conditions        []admissionregistrationv1.MatchCondition
+	}
+	var hooks []hook
+	for _, w := range validating[0].Webhooks {
+		hooks = append(hooks, hook{w.Name, w.SideEffects, w.MatchPolicy, w.TimeoutSeconds, w.FailurePolicy, w.NamespaceSelector, w.MatchConditions})
+	}
+	for _, w := range mutating[0].Webhooks {
+		hooks = append(hooks, hook{w.Name, w.SideEffects, w.MatchPolicy, w.TimeoutSeconds, w.FailurePolicy, w.NamespaceSelector, w.MatchConditions})
+	}
+	for _, h := range hooks {
+		t.Run(h.name, func(t *testing.T) {
+			if h.sideEffects == nil || *h.sideEffects != admissionregistrationv1.SideEffectClassNone {
+				t.Errorf("sideEffects = %v, want None", h.sideEffects)
+			}
+			if h.matchPolicy == nil || *h.matchPolicy != admissionregistrationv1.Equivalent {
+				t.Errorf("matchPolicy = %v, want Equivalent", h.matchPolicy)
+			}
+			if h.timeout == nil || *h.timeout > 3 || *h.timeout < 1 {
+				t.Errorf("timeoutSeconds = %v, want 1..3", h.timeout)
+			}
+			if h.failurePolicy == nil || *h.failurePolicy != admissionregistrationv1.Ignore {
+				t.Errorf("failurePolicy = %v, want Ignore by default", h.failurePolicy)
+			}
+			var excluded []string
+			if h.namespaceSelector != nil {
+				for _, e := range h.namespaceSelector.MatchExpressions {
+					if e.Key == "kubernetes.io/metadata.name" && e.Operator == metav1.LabelSelectorOpNotIn {
+						excluded = append(excluded, e.Values...)
+					}
+				}
+			}
+			for _, ns := range []string{"kube-system", "kube-node-lease", "leaseguard-system"} {
+				if !slices.Contains(excluded, ns) {
+					t.Errorf("namespaceSelector does not exclude %s", ns)
+				}
+			}
+			var exprs strings.Builder
+			for _, c := range h.conditions {
+				exprs.WriteString(c.Expression)
+			}
+			for _, who := range []string{"system:node:", "system:nodes", "system:kube-controller-manager", "system:kube-scheduler", "system:apiserver", "system:serviceaccount:kube-system:"} {
+				if !strings.Contains(exprs.String(), who) {
+					t.Errorf("matchConditions do not exclude %s", who)
+				}
+			}
+		})
+	}
+}
+
+func TestCRDHasStatusSubresource(t *testing.T) {
+	crds, err := CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crds) != 1 || crds[0].Spec.Names.Plural != "multiclusterleases" {
+		t.Fatalf("want the multiclusterleases CRD, got %d CRDs", len(crds))
+	}
+	v := crds[0].Spec.Versions[0]
+	if v.Name != "v1alpha1" || v.Subresources == nil || v.Subresources.Status == nil {
+		t.Fatalf("version %s must be v1alpha1 with a status subresource", v.Name)
+	}
+}

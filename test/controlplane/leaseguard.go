@@ -1,0 +1,198 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
+)
+
+// BuildLeaseguard builds the leaseguard binary into dir and returns its path,
+// so tests run the real binary, not an in-process copy.
+func BuildLeaseguard(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "leaseguard")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/leaseguard")
+	cmd.Dir = root
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/leaseguard: %v\n%s", err, msg)
+	}
+	return out, nil
+}
+
+// Leaseguard is a running `leaseguard serve` process.
+type Leaseguard struct {
+	cmd        *exec.Cmd
+	done       chan struct{}
+	log        *syncBuffer
+	MetricsURL string
+	ReadyURL   string
+}
+
+// StartLeaseguard runs `leaseguard serve` where the control plane's webhook
+// configurations point, and waits until it is ready.
+func (c *ControlPlane) StartLeaseguard(binary, policyPath string, extraArgs ...string) (*Leaseguard, error) {
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	probeAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve",
+		"--config", policyPath,
+		"--webhook-host", c.WebhookHost,
+		"--webhook-port", strconv.Itoa(c.WebhookPort),
+		"--cert-dir", c.WebhookCertDir,
+		"--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", probeAddr,
+		"--policy-reload-interval", "200ms",
+	}, extraArgs...)
+	l := &Leaseguard{
+		cmd:        exec.Command(binary, args...),
+		done:       make(chan struct{}),
+		log:        &syncBuffer{},
+		MetricsURL: "http://" + metricsAddr + "/metrics",
+		ReadyURL:   "http://" + probeAddr + "/readyz",
+	}
+	l.cmd.Stdout, l.cmd.Stderr = l.log, l.log
+	if err := l.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = l.cmd.Wait(); close(l.done) }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-l.done:
+			return nil, fmt.Errorf("leaseguard serve exited: %s\n%s", l.cmd.ProcessState, l.Log())
+		default:
+		}
+		if resp, err := http.Get(l.ReadyURL); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return l, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.Stop()
+	return nil, fmt.Errorf("leaseguard serve not ready within 30s:\n%s", l.Log())
+}
+
+// Log returns what the process has printed.
+func (l *Leaseguard) Log() string { return l.log.String() }
+
+// Exited reports whether the process has ended.
+func (l *Leaseguard) Exited() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop interrupts the process and waits for it.
+func (l *Leaseguard) Stop() {
+	if l.Exited() {
+		return
+	}
+	_ = l.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-l.done:
+	case <-time.After(10 * time.Second):
+		_ = l.cmd.Process.Kill()
+		<-l.done
+	}
+}
+
+// Metrics scrapes /metrics.
+func (l *Leaseguard) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.MetricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// Counter sums the samples of a counter family whose labels include all of
+// the given ones.
+func Counter(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	fam, ok := families[name]
+	if !ok {
+		return 0
+	}
+	var sum float64
+	for _, m := range fam.GetMetric() {
+		if matchLabels(m, labels) && m.GetCounter() != nil {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func matchLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)

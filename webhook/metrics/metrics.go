@@ -1,0 +1,116 @@
+// Package metrics defines leaseguard's Prometheus metrics. Labels are bounded
+// by the policy (resource, rule, verdict, invariant), never by lease name, so
+// 10,000 leases cost no more series than one.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+// NoRule labels decisions about objects no rule selects.
+const NoRule = "none"
+
+// Recorder holds the collectors. Create one with New and register it once.
+type Recorder struct {
+	decisions          *prometheus.CounterVec
+	decisionLatency    *prometheus.HistogramVec
+	renewalIntervals   *prometheus.HistogramVec
+	designationChanges *prometheus.CounterVec
+	badRequests        *prometheus.CounterVec
+	policyReloads      *prometheus.CounterVec
+	policyValid        prometheus.Gauge
+}
+
+// New builds the collectors and registers them with reg.
+func New(reg prometheus.Registerer) (*Recorder, error) {
+	r := &Recorder{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_decisions_total",
+			Help: "Admission decisions on lease writes, by resource, rule, verdict (allow, deny, warn, audit) and broken invariant.",
+		}, []string{"resource", "rule", "verdict", "invariant"}),
+		decisionLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leaseguard_decision_duration_seconds",
+			Help:    "Time to decode and decide one admission request.",
+			Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025},
+		}, []string{"resource"}),
+		renewalIntervals: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leaseguard_renewal_interval_seconds",
+			Help:    "How far each renewal advanced renewTime over the stored lease, by rule (admitted and refused renewals).",
+			Buckets: []float64{0.5, 1, 2, 3, 5, 8, 10, 15, 30, 60, 120},
+		}, []string{"rule"}),
+		designationChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_designation_changes_total",
+			Help: "Admitted writes that changed the designated manager of a lease.",
+		}, []string{"rule"}),
+		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_bad_requests_total",
+			Help: "Admission requests leaseguard could not read, answered with an error (never allowed).",
+		}, []string{"webhook"}),
+		policyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_policy_reloads_total",
+			Help: "Policy file reloads, by result (success, invalid).",
+		}, []string{"result"}),
+		policyValid: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leaseguard_policy_file_valid",
+			Help: "1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.policyReloads, r.policyValid} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Decision records one decision.
+func (r *Recorder) Decision(res policy.Resource, d *policy.Decision, took time.Duration) {
+	if r == nil {
+		return
+	}
+	rule := d.Rule
+	if rule == "" {
+		rule = NoRule
+	}
+	r.decisions.WithLabelValues(string(res), rule, d.Verdict.String(), string(d.Invariant)).Inc()
+	r.decisionLatency.WithLabelValues(string(res)).Observe(took.Seconds())
+	if d.RenewalInterval > 0 {
+		r.renewalIntervals.WithLabelValues(rule).Observe(d.RenewalInterval.Seconds())
+	}
+	if d.DesignationChanged && d.Verdict != policy.Deny {
+		r.designationChanges.WithLabelValues(rule).Inc()
+	}
+}
+
+// BadRequest records a request that could not be read.
+func (r *Recorder) BadRequest(webhook string) {
+	if r == nil {
+		return
+	}
+	r.badRequests.WithLabelValues(webhook).Inc()
+}
+
+// PolicyReload records a reload attempt of the policy file.
+func (r *Recorder) PolicyReload(ok bool) {
+	if r == nil {
+		return
+	}
+	if ok {
+		r.policyReloads.WithLabelValues("success").Inc()
+		r.policyValid.Set(1)
+		return
+	}
+	r.policyReloads.WithLabelValues("invalid").Inc()
+	r.policyValid.Set(0)
+}
+
+// PolicyLoaded marks the policy as valid at startup.
+func (r *Recorder) PolicyLoaded() {
+	if r != nil {
+		r.policyValid.Set(1)
+	}
+}

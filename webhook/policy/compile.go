@@ -1,0 +1,242 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/leaseguard/leaseguard/api/v1alpha1"
+)
+
+// NeverIntercepted are the namespaces the webhook configuration never sends
+// to leaseguard (SPEC §5); a rule that selects only these matches nothing.
+// leaseguard's own namespace is added by the caller of Compile.
+var NeverIntercepted = []string{"kube-system", "kube-node-lease"}
+
+// CompileOptions tune validation to the deployment.
+type CompileOptions struct {
+	// OwnNamespace is leaseguard's namespace, never intercepted either.
+	OwnNamespace string
+}
+
+// Compile validates a policy file as a whole and builds the rule set. All
+// problems are reported at once, each with its field path.
+func Compile(spec *v1alpha1.LeasePolicy, opts CompileOptions) (*Policy, field.ErrorList) {
+	var errs field.ErrorList
+	if spec.APIVersion != v1alpha1.APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), spec.APIVersion, []string{v1alpha1.APIVersion}))
+	}
+	if spec.Kind != v1alpha1.Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), spec.Kind, []string{v1alpha1.Kind}))
+	}
+	p := &Policy{ClockSkew: DefaultClockSkew}
+	if spec.ClockSkew != nil {
+		p.ClockSkew = spec.ClockSkew.Duration
+		if p.ClockSkew < 0 || p.ClockSkew > time.Minute {
+			errs = append(errs, field.Invalid(field.NewPath("clockSkew"), p.ClockSkew.String(), "must be between 0s and 1m"))
+		}
+	}
+	if len(spec.Rules) == 0 {
+		errs = append(errs, field.Required(field.NewPath("rules"), "a policy needs at least one rule"))
+	}
+	never := append(append([]string(nil), NeverIntercepted...), opts.OwnNamespace)
+	seen := map[string]int{}
+	for i := range spec.Rules {
+		path := field.NewPath("rules").Index(i)
+		rule, ruleErrs := compileRule(&spec.Rules[i], path, never)
+		errs = append(errs, ruleErrs...)
+		if rule == nil {
+			continue
+		}
+		if rule.Name != "" {
+			if first, dup := seen[rule.Name]; dup {
+				errs = append(errs, field.Duplicate(path.Child("name"), fmt.Sprintf("%s (also rules[%d])", rule.Name, first)))
+			} else {
+				seen[rule.Name] = i
+			}
+		}
+		for j, earlier := range p.Rules {
+			if earlier.shadows(rule) {
+				errs = append(errs, field.Invalid(path, rule.Name,
+					fmt.Sprintf("matches nothing: rule %q (rules[%d]) comes first and selects every object this rule selects", earlier.Name, j)))
+				break
+			}
+		}
+		p.Rules = append(p.Rules, rule)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return p, nil
+}
+
+func compileRule(in *v1alpha1.Rule, path *field.Path, never []string) (*Rule, field.ErrorList) {
+	var errs field.ErrorList
+	r := &Rule{Name: in.Name}
+
+	if in.Name == "" {
+		errs = append(errs, field.Required(path.Child("name"), "rules are named in messages and metrics"))
+	} else if msgs := validation.IsDNS1123Subdomain(in.Name); len(msgs) > 0 {
+		errs = append(errs, field.Invalid(path.Child("name"), in.Name, strings.Join(msgs, "; ")))
+	}
+
+	if len(in.Resources) == 0 {
+		errs = append(errs, field.Required(path.Child("resources"), "name leases and/or multiclusterleases"))
+	}
+	for i, res := range in.Resources {
+		switch Resource(res) {
+		case Leases, MultiClusterLeases:
+			r.resources[resourceIndex(Resource(res))] = true
+		default:
+			errs = append(errs, field.NotSupported(path.Child("resources").Index(i), res, []string{string(Leases), string(MultiClusterLeases)}))
+		}
+	}
+
+	r.namespaces, errs = compileGlobs(in.Namespaces, path.Child("namespaces"), errs)
+	r.names, errs = compileGlobs(in.Names, path.Child("names"), errs)
+	r.managers, errs = compileGlobs(in.Managers, path.Child("managers"), errs)
+	r.operators, errs = compileGlobs(in.Operators, path.Child("operators"), errs)
+	r.statusWriters, errs = compileGlobs(in.StatusWriters, path.Child("statusWriters"), errs)
+
+	if len(in.Namespaces) > 0 && onlyNeverIntercepted(r.namespaces, never) {
+		errs = append(errs, field.Invalid(path.Child("namespaces"), in.Namespaces,
+			"matches nothing: leaseguard is never called for "+strings.Join(never, ", ")))
+	}
+
+	if in.Bind != nil {
+		b, err := compileBind(in.Bind.Manager, in.Bind.Lease)
+		if err != nil {
+			errs = append(errs, field.Invalid(path.Child("bind"), *in.Bind, err.Error()))
+		}
+		r.bind = b
+	}
+
+	switch d := strings.TrimSpace(in.Designation); {
+	case d == "":
+		r.designation = DesignationNone
+	case d == "auto":
+		r.designation = DesignationAuto
+	case d == "annotation":
+		r.designation = DesignationByAnnotation
+	case strings.ContainsAny(d, "*{}"):
+		errs = append(errs, field.Invalid(path.Child("designation"), d, `must be "auto", "annotation" or one username (no patterns)`))
+	default:
+		r.designation, r.fixedManager = DesignationFixed, d
+	}
+
+	if len(in.Managers) == 0 && in.Bind == nil && r.designation != DesignationFixed {
+		errs = append(errs, field.Required(path.Child("managers"),
+			"matches nothing: a rule without managers, bind or a fixed designation lets only operators write"))
+	}
+
+	switch in.HolderBinding {
+	case "", "none":
+		r.holderBinding = HolderBindingNone
+	case "pod":
+		r.holderBinding = HolderBindingPod
+	case "username":
+		r.holderBinding = HolderBindingUsername
+	default:
+		errs = append(errs, field.NotSupported(path.Child("holderBinding"), in.HolderBinding, []string{"none", "pod", "username"}))
+	}
+
+	if in.MinRenewInterval != nil {
+		if in.MinRenewInterval.Auto {
+			r.autoRenew = true
+		} else {
+			iv := in.MinRenewInterval.Duration
+			switch {
+			case iv < 0:
+				errs = append(errs, field.Invalid(path.Child("minRenewInterval"), iv.String(), "must not be negative"))
+			case iv >= DefaultLeaseDuration:
+				errs = append(errs, field.Invalid(path.Child("minRenewInterval"), iv.String(),
+					fmt.Sprintf("must be below the lease duration (%s, the client-go default): a client renewing no more often would lose its lease; use a shorter interval or \"auto\"", DefaultLeaseDuration)))
+			}
+			r.minRenewInterval = iv
+		}
+	}
+
+	switch in.Enforcement {
+	case "", "deny":
+		r.enforcement = EnforceDeny
+	case "warn":
+		r.enforcement = EnforceWarn
+	case "audit":
+		r.enforcement = EnforceAudit
+	default:
+		errs = append(errs, field.NotSupported(path.Child("enforcement"), in.Enforcement, []string{"deny", "warn", "audit"}))
+	}
+	return r, errs
+}
+
+func compileGlobs(in []string, path *field.Path, errs field.ErrorList) (globs, field.ErrorList) {
+	out := make(globs, 0, len(in))
+	for i, s := range in {
+		if err := validateGlob(s); err != nil {
+			errs = append(errs, field.Invalid(path.Index(i), s, err.Error()))
+			continue
+		}
+		out = append(out, glob(s))
+	}
+	return out, errs
+}
+
+func onlyNeverIntercepted(namespaces globs, never []string) bool {
+	for _, g := range namespaces {
+		if !strings.Contains(string(g), "*") {
+			found := false
+			for _, n := range never {
+				if string(g) == n {
+					found = true
+				}
+			}
+			if found {
+				continue
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// shadows reports whether every object later selects is selected by r first.
+func (r *Rule) shadows(later *Rule) bool {
+	for i := range later.resources {
+		if later.resources[i] && !r.resources[i] {
+			return false
+		}
+	}
+	return coversAll(r.namespaces, later.namespaces) && coversAll(r.names, later.names)
+}
+
+// coversAll reports whether selector a selects everything b selects, judged
+// conservatively: a is empty, or a has "*", or every pattern of b appears in a.
+func coversAll(a, b globs) bool {
+	if len(a) == 0 {
+		return true
+	}
+	if len(b) == 0 {
+		return false
+	}
+	for _, g := range a {
+		if g == "*" {
+			return true
+		}
+	}
+	for _, pb := range b {
+		found := false
+		for _, pa := range a {
+			if pa == pb || (!strings.Contains(string(pb), "*") && pa.match(string(pb))) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,195 @@
+// Package policy is leaseguard's decision core: a pure function from a
+// compiled rule set, the caller, the operation, the old and new lease and the
+// server's clock to a decision. It does no I/O and keeps no state, so every
+// webhook replica, `leaseguard check` and the tests decide alike.
+package policy
+
+import "time"
+
+// Resource is a guarded resource, by its plural name.
+type Resource string
+
+// The guarded resources.
+const (
+	Leases             Resource = "leases"
+	MultiClusterLeases Resource = "multiclusterleases"
+)
+
+// kind is the lower-case singular used in messages.
+func (r Resource) kind() string {
+	switch r {
+	case Leases:
+		return "lease"
+	case MultiClusterLeases:
+		return "multiclusterlease"
+	}
+	return string(r)
+}
+
+// Operation is the admission operation. A PATCH arrives as an UPDATE.
+type Operation string
+
+// The operations the webhook is registered for.
+const (
+	Create Operation = "CREATE"
+	Update Operation = "UPDATE"
+	Delete Operation = "DELETE"
+)
+
+// StatusSubresource is the only subresource leaseguard distinguishes.
+const StatusSubresource = "status"
+
+// DesignationAnnotation records, on the guarded object, the username of the
+// manager designated to write it (SPEC §3).
+const DesignationAnnotation = "leaseguard.io/designated-manager"
+
+// PodNameExtra is the user-info extra a bound service-account token carries
+// with the name of the pod it was issued to.
+const PodNameExtra = "authentication.kubernetes.io/pod-name"
+
+// DefaultLeaseDuration is assumed for an object that declares none; it is
+// client-go's and controller-runtime's default.
+const DefaultLeaseDuration = 15 * time.Second
+
+// DefaultClockSkew is the grace applied to expiry, staleness and future
+// renewTimes when the policy file sets no clockSkew.
+const DefaultClockSkew = 2 * time.Second
+
+// Caller is the identity of the requester, derived once per request.
+type Caller struct {
+	Username string
+	Groups   []string
+	// PodName comes from the bound token's pod-name extra; empty if absent.
+	PodName string
+}
+
+// Object is the normalised view of a Lease or a MultiClusterLease: the fields
+// the invariants read, so both kinds go through one code path.
+type Object struct {
+	Namespace         string
+	Name              string
+	CreationTimestamp time.Time
+	// Designated is the value of DesignationAnnotation; HasDesignation says
+	// whether the annotation is present at all.
+	Designated     string
+	HasDesignation bool
+	Spec           Spec
+}
+
+// Spec holds the lease fields. Zero values mean "not set".
+type Spec struct {
+	Holder        string
+	RenewTime     time.Time
+	AcquireTime   time.Time
+	LeaseDuration time.Duration
+	// RenewDeadline and RetryPeriod are declared by MultiClusterLeases only.
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Transitions, Strategy and PreferredHolder exist on Leases only.
+	Transitions     int32
+	Strategy        string
+	PreferredHolder string
+}
+
+// Equal reports whether two specs hold the same lease fields. Times compare
+// as instants, whatever their location.
+func (s *Spec) Equal(o *Spec) bool {
+	return s.Holder == o.Holder &&
+		s.RenewTime.Equal(o.RenewTime) &&
+		s.AcquireTime.Equal(o.AcquireTime) &&
+		s.LeaseDuration == o.LeaseDuration &&
+		s.RenewDeadline == o.RenewDeadline &&
+		s.RetryPeriod == o.RetryPeriod &&
+		s.Transitions == o.Transitions &&
+		s.Strategy == o.Strategy &&
+		s.PreferredHolder == o.PreferredHolder
+}
+
+// Request is everything a decision depends on.
+type Request struct {
+	Resource    Resource
+	Operation   Operation
+	Subresource string
+	Caller      Caller
+	// Old is nil on CREATE; New is nil on DELETE.
+	Old *Object
+	New *Object
+	// Now is the server's clock when the request is decided.
+	Now time.Time
+}
+
+// object returns the object the request is about.
+func (r *Request) object() *Object {
+	if r.New != nil {
+		return r.New
+	}
+	return r.Old
+}
+
+// Verdict is the outcome of a decision.
+type Verdict uint8
+
+// Verdicts. Warn and Audit are admitted writes that a deny rule would have
+// refused.
+const (
+	Allow Verdict = iota
+	Deny
+	Warn
+	Audit
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Allow:
+		return "allow"
+	case Deny:
+		return "deny"
+	case Warn:
+		return "warn"
+	case Audit:
+		return "audit"
+	}
+	return "unknown"
+}
+
+// Invariant names a SPEC §4 invariant.
+type Invariant string
+
+// The invariants of SPEC §4.
+const (
+	InvariantNone        Invariant = ""
+	InvariantManager     Invariant = "I1"
+	InvariantDesignation Invariant = "I2"
+	InvariantDesignate   Invariant = "I3"
+	InvariantFencing     Invariant = "I4"
+	InvariantHolder      Invariant = "I5"
+	InvariantRenewalRate Invariant = "I6"
+	InvariantRenewTime   Invariant = "I7"
+	InvariantStatus      Invariant = "I8"
+	InvariantBound       Invariant = "I9"
+)
+
+// Decision is the answer to a Request.
+type Decision struct {
+	Verdict Verdict
+	// Rule is the name of the rule that selected the object; empty when no
+	// rule did.
+	Rule string
+	// Invariant is the invariant the write breaks (also for Warn and Audit).
+	Invariant Invariant
+	// Code is the HTTP status of a denial: 403, or 429 for I6.
+	Code int32
+	// RetryAfter is, for an I6 denial, the time until the renewal would pass.
+	RetryAfter time.Duration
+	// Message is the one-line explanation of a denial, warning or audit.
+	Message string
+	// RenewalInterval is set when the write is a renewal: how far it
+	// advances renewTime over the stored object.
+	RenewalInterval time.Duration
+	// Designation is the username the object is designated to after an
+	// admitted write that changes the designation.
+	DesignationChanged bool
+}
+
+// Allowed reports whether the write is admitted.
+func (d *Decision) Allowed() bool { return d.Verdict != Deny }

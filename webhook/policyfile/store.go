@@ -1,0 +1,100 @@
+package policyfile
+
+import (
+	"bytes"
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+// ReloadRecorder is told about every reload attempt.
+type ReloadRecorder interface {
+	PolicyReload(ok bool)
+}
+
+// Store holds the policy in force and reloads it from its file. A request
+// reads one policy value; a reload swaps in a whole new one.
+type Store struct {
+	path    string
+	opts    policy.CompileOptions
+	current atomic.Pointer[policy.Policy]
+	data    []byte
+	log     logr.Logger
+	rec     ReloadRecorder
+	// lastErr is the problem with the file on disk, or "" when it is in force.
+	lastErr atomic.Pointer[string]
+}
+
+// NewStore loads path; it fails when the file is invalid, so a server never
+// starts without a good policy.
+func NewStore(path string, opts policy.CompileOptions, log logr.Logger, rec ReloadRecorder) (*Store, error) {
+	p, data, err := Load(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: path, opts: opts, data: data, log: log, rec: rec}
+	s.current.Store(p)
+	return s, nil
+}
+
+// Policy returns the policy in force.
+func (s *Store) Policy() *policy.Policy { return s.current.Load() }
+
+// LastError returns why the file on disk is not in force, or "".
+func (s *Store) LastError() string {
+	if e := s.lastErr.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// Watch re-reads the file every interval until ctx ends. Polling the content
+// works the same for a plain file, an editor's rename-and-replace and a
+// ConfigMap volume's symlink swap, which file-event watchers handle unevenly.
+func (s *Store) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Reload()
+		}
+	}
+}
+
+// Reload reads the file once and swaps the policy in if the file changed and
+// is valid. An invalid file keeps the last good policy in force.
+func (s *Store) Reload() {
+	data, err := readFile(s.path)
+	if err == nil && bytes.Equal(data, s.data) {
+		return
+	}
+	var p *policy.Policy
+	if err == nil {
+		p, err = Parse(data, s.opts)
+	}
+	if err != nil {
+		msg := err.Error()
+		if prev := s.lastErr.Load(); prev == nil || *prev != msg {
+			s.log.Error(err, "policy file is invalid; keeping the last good policy", "path", s.path)
+			if s.rec != nil {
+				s.rec.PolicyReload(false)
+			}
+		}
+		s.lastErr.Store(&msg)
+		return
+	}
+	s.data = data
+	s.current.Store(p)
+	s.lastErr.Store(nil)
+	s.log.Info("policy reloaded", "path", s.path, "rules", len(p.Rules))
+	if s.rec != nil {
+		s.rec.PolicyReload(true)
+	}
+}
