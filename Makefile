@@ -51,7 +51,7 @@ test-unit: ## Unit tests only (no control plane).
 
 .PHONY: fuzz
 fuzz: ## Fuzz the decode-and-decide path for FUZZTIME.
-	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) ./webhook/admission
+	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./webhook/admission
 
 .PHONY: bench
 bench: ## Benchmarks of the decision core and the handler.

@@ -1,0 +1,118 @@
+package admission
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestValidatorVerdicts(t *testing.T) {
+	h := validatingHandler(t)
+	renewed := func(at string) string {
+		return mcl(designA, `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"renewTime":"`+at+`"`)
+	}
+	cases := []struct {
+		name       string
+		review     review
+		allowed    bool
+		code       int32
+		message    string
+		retryAfter int32
+		warning    string
+	}{
+		{
+			name:    "designated manager renews after the interval",
+			review:  review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: renewed("2026-11-30T11:59:50.000000Z"), object: renewed("2026-11-30T11:59:58.000000Z")},
+			allowed: true,
+		},
+		{
+			name:   "another manager is not the designated one",
+			review: review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
+			code:   http.StatusForbidden,
+			message: "leaseguard: rule kcc-mcl: " + managerB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader" +
+				" (designated: ...cnrm-controller-manager-a, stale in 15s)",
+		},
+		{
+			name:       "renewing too often is a 429 with the remaining time",
+			review:     review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
+			code:       http.StatusTooManyRequests,
+			message:    "leaseguard: rule kcc-mcl: " + managerA + " renews too often multiclusterlease cnrm-system/kcc-leader (renewed 1.5s after the last renewal, minimum 5s)",
+			retryAfter: 4,
+		},
+		{
+			name:    "warn mode admits with a warning kubectl prints",
+			review:  review{kind: "Lease", operation: "CREATE", user: managerB, object: `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"kcc-leader-a","namespace":"cnrm-system"},"spec":{"holderIdentity":"x"}}`},
+			allowed: true,
+			warning: "leaseguard: rule team-leases: " + managerB + " may not write lease cnrm-system/kcc-leader-a (bound lease: kcc-leader-b)",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, resp := post(t, h, tc.review.json())
+			if status != http.StatusOK {
+				t.Fatalf("HTTP %d", status)
+			}
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, tc.allowed, resp.Result)
+			}
+			if resp.UID != "0b9f3c1e-1111-2222-3333-444455556666" {
+				t.Errorf("uid %q not echoed", resp.UID)
+			}
+			if !tc.allowed {
+				if resp.Result.Code != tc.code || resp.Result.Message != tc.message {
+					t.Fatalf("got %d %q\nwant %d %q", resp.Result.Code, resp.Result.Message, tc.code, tc.message)
+				}
+				var retry int32
+				if resp.Result.Details != nil {
+					retry = resp.Result.Details.RetryAfterSeconds
+				}
+				if retry != tc.retryAfter {
+					t.Errorf("retryAfterSeconds = %d, want %d", retry, tc.retryAfter)
+				}
+			}
+			if got := strings.Join(resp.Warnings, "|"); got != tc.warning {
+				t.Errorf("warnings %q, want %q", got, tc.warning)
+			}
+		})
+	}
+}
+
+func TestDesignatorStampsTheFirstManager(t *testing.T) {
+	h := mutatingHandler(t)
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	cases := []struct {
+		name   string
+		review review
+		patch  string
+	}{
+		{"first write without annotations", review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: strings.Replace(mcl("", spec), `"annotations":{},`, "", 1)},
+			`[{"op":"add","path":"/metadata/annotations","value":{"leaseguard.io/designated-manager":"` + managerA + `"}}]`},
+		{"first write with other annotations", review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(`"team":"x"`, spec)},
+			`[{"op":"add","path":"/metadata/annotations/leaseguard.io~1designated-manager","value":"` + managerA + `"}]`},
+		{"fresh designation of another manager: no stamp", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
+			oldObject: mcl(designA, spec), object: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.500000Z"`)}, ""},
+		{"stale designation: the writer takes over", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
+			oldObject: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:00.000000Z"`), object: mcl(designA, spec)},
+			`[{"op":"add","path":"/metadata/annotations/leaseguard.io~1designated-manager","value":"` + managerB + `"}]`},
+		{"not a manager: no stamp", review{kind: "MultiClusterLease", operation: "CREATE", user: "system:serviceaccount:default:intruder", object: mcl("", spec)}, ""},
+		{"unreadable request: no stamp, validation answers", review{kind: "Pod", operation: "CREATE", user: managerA, object: `{}`}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, resp := post(t, h, tc.review.json())
+			if !resp.Allowed {
+				t.Fatalf("mutating webhook refused: %+v", resp.Result)
+			}
+			if string(resp.Patch) != tc.patch {
+				t.Fatalf("patch %s\nwant  %s", resp.Patch, tc.patch)
+			}
+			if tc.patch != "" {
+				var ops []map[string]any
+				if err := json.Unmarshal(resp.Patch, &ops); err != nil || resp.PatchType == nil || *resp.PatchType != "JSONPatch" {
+					t.Fatalf("patch is not a JSONPatch: %v %v", err, resp.PatchType)
+				}
+			}
+		})
+	}
+}
