@@ -31,18 +31,18 @@ type LeasePolicy struct {
 
 // Rule selects leases and says who may write them.
 type Rule struct {
-	Name             string            `yaml:"name" json:"name"`
-	Resources        []string          `yaml:"resources" json:"resources"`
-	Namespaces       []string          `yaml:"namespaces,omitempty" json:"namespaces,omitempty"`
-	Names            []string          `yaml:"names,omitempty" json:"names,omitempty"`
-	Managers         []string          `yaml:"managers,omitempty" json:"managers,omitempty"`
-	Bind             *Bind             `yaml:"bind,omitempty" json:"bind,omitempty"`
-	Designation      string            `yaml:"designation,omitempty" json:"designation,omitempty"`
-	Operators        []string          `yaml:"operators,omitempty" json:"operators,omitempty"`
-	StatusWriters    []string          `yaml:"statusWriters,omitempty" json:"statusWriters,omitempty"`
-	HolderBinding    string            `yaml:"holderBinding,omitempty" json:"holderBinding,omitempty"`
-	MinRenewInterval *RenewInterval    `yaml:"minRenewInterval,omitempty" json:"minRenewInterval,omitempty"`
-	Enforcement      string            `yaml:"enforcement,omitempty" json:"enforcement,omitempty"`
+	Name             string         `yaml:"name" json:"name"`
+	Resources        []string       `yaml:"resources" json:"resources"`
+	Namespaces       []string       `yaml:"namespaces,omitempty" json:"namespaces,omitempty"`
+	Names            []string       `yaml:"names,omitempty" json:"names,omitempty"`
+	Managers         []string       `yaml:"managers,omitempty" json:"managers,omitempty"`
+	Bind             *Bind          `yaml:"bind,omitempty" json:"bind,omitempty"`
+	Designation      string         `yaml:"designation,omitempty" json:"designation,omitempty"`
+	Operators        []string       `yaml:"operators,omitempty" json:"operators,omitempty"`
+	StatusWriters    []string       `yaml:"statusWriters,omitempty" json:"statusWriters,omitempty"`
+	HolderBinding    string         `yaml:"holderBinding,omitempty" json:"holderBinding,omitempty"`
+	MinRenewInterval *RenewInterval `yaml:"minRenewInterval,omitempty" json:"minRenewInterval,omitempty"`
+	Enforcement      string         `yaml:"enforcement,omitempty" json:"enforcement,omitempty"`
 }
 
 // Bind is a bound-lease template: a manager username pattern with {captures}

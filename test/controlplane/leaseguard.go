@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
@@ -196,3 +196,12 @@ func (b *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// Gauge returns the value of an unlabelled gauge, or -1 when absent.
+func Gauge(families map[string]*dto.MetricFamily, name string) float64 {
+	fam, ok := families[name]
+	if !ok || len(fam.GetMetric()) == 0 || fam.GetMetric()[0].GetGauge() == nil {
+		return -1
+	}
+	return fam.GetMetric()[0].GetGauge().GetValue()
+}

@@ -30,7 +30,20 @@ const (
 // never sent.
 const basePolicy = `apiVersion: leaseguard.io/v1alpha1
 kind: LeasePolicy
+clockSkew: 1s
 rules:
+- name: auto-mcl
+  resources: [multiclusterleases]
+  namespaces: [it-auto]
+  managers: ["system:serviceaccount:it-auto:manager-*"]
+  designation: auto
+  operators: ["it:operators"]
+  statusWriters: ["system:serviceaccount:multiclusterlease-system:default"]
+- name: warn-leases
+  resources: [leases]
+  namespaces: [it-warn]
+  managers: ["system:serviceaccount:it-warn:manager"]
+  enforcement: warn
 - name: fixed-leases
   resources: [leases]
   namespaces: [it-fixed]

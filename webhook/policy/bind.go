@@ -75,32 +75,58 @@ func (t *template) captureIndex(name string) int {
 }
 
 // match matches s against the template and returns the captured values. A
-// capture matches a non-empty run without ':' (a username's separator), and
-// the shortest one that lets the next literal follow.
+// capture matches a non-empty run without ':' (a username's separator); where
+// a literal recurs, later positions are tried too, so every instance of the
+// template matches.
 func (t *template) match(s string) (captures, bool) {
 	var vals captures
 	if !strings.HasPrefix(s, t.lits[0]) {
 		return vals, false
 	}
-	s = s[len(t.lits[0]):]
-	for i := range t.caps {
-		next := t.lits[i+1]
-		var end int
-		if i == len(t.caps)-1 {
-			if !strings.HasSuffix(s, next) {
-				return vals, false
-			}
-			end = len(s) - len(next)
-		} else {
-			end = strings.Index(s, next)
-		}
-		if end <= 0 || strings.IndexByte(s[:end], ':') >= 0 {
-			return vals, false
-		}
-		vals[i] = s[:end]
-		s = s[end+len(next):]
+	rest := s[len(t.lits[0]):]
+	if len(t.caps) == 0 {
+		return vals, rest == ""
 	}
-	return vals, len(t.caps) > 0 || s == ""
+	return vals, t.matchFrom(0, rest, &vals)
+}
+
+// matchFrom matches capture i and everything after it against s.
+func (t *template) matchFrom(i int, s string, vals *captures) bool {
+	next := t.lits[i+1]
+	if i == len(t.caps)-1 {
+		if !strings.HasSuffix(s, next) {
+			return false
+		}
+		v := s[:len(s)-len(next)]
+		if v == "" || strings.IndexByte(v, ':') >= 0 {
+			return false
+		}
+		vals[i] = v
+		return true
+	}
+	// The capture ends at an occurrence of the next literal; it may not
+	// cross a ':', so the search stops at the first one.
+	limit := len(s)
+	if c := strings.IndexByte(s, ':'); c >= 0 {
+		limit = c + len(next)
+		if limit > len(s) {
+			limit = len(s)
+		}
+	}
+	for end := 1; end < limit; end++ {
+		if !strings.HasPrefix(s[end:], next) {
+			continue
+		}
+		v := s[:end]
+		if strings.IndexByte(v, ':') >= 0 {
+			return false
+		}
+		vals[i] = v
+		if t.matchFrom(i+1, s[end+len(next):], vals) {
+			return true
+		}
+	}
+	return false
 }
 
 // bind ties a manager, through the captures of its username, to one lease

@@ -101,7 +101,7 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string) (*Rule, fi
 	r.operators, errs = compileGlobs(in.Operators, path.Child("operators"), errs)
 	r.statusWriters, errs = compileGlobs(in.StatusWriters, path.Child("statusWriters"), errs)
 
-	if len(in.Namespaces) > 0 && onlyNeverIntercepted(r.namespaces, never) {
+	if len(r.namespaces) > 0 && onlyNeverIntercepted(r.namespaces, never) {
 		errs = append(errs, field.Invalid(path.Child("namespaces"), in.Namespaces,
 			"matches nothing: leaseguard is never called for "+strings.Join(never, ", ")))
 	}
@@ -213,23 +213,24 @@ func (r *Rule) shadows(later *Rule) bool {
 }
 
 // coversAll reports whether selector a selects everything b selects, judged
-// conservatively: a is empty, or a has "*", or every pattern of b appears in a.
+// conservatively (a "no" may be wrong, a "yes" never is): a is empty or has
+// "*", or each pattern of b is covered by one of a.
 func coversAll(a, b globs) bool {
 	if len(a) == 0 {
 		return true
-	}
-	if len(b) == 0 {
-		return false
 	}
 	for _, g := range a {
 		if g == "*" {
 			return true
 		}
 	}
+	if len(b) == 0 {
+		return false
+	}
 	for _, pb := range b {
 		found := false
 		for _, pa := range a {
-			if pa == pb || (!strings.Contains(string(pb), "*") && pa.match(string(pb))) {
+			if covers(pa, pb) {
 				found = true
 				break
 			}
@@ -239,4 +240,18 @@ func coversAll(a, b globs) bool {
 		}
 	}
 	return true
+}
+
+// covers reports whether every string pb matches is matched by pa: equal
+// patterns, a literal pb that pa matches, or pa a prefix followed by one
+// trailing '*' and pb starting with that prefix.
+func covers(pa, pb glob) bool {
+	switch {
+	case pa == pb:
+		return true
+	case !strings.Contains(string(pb), "*"):
+		return pa.match(string(pb))
+	}
+	prefix, ok := strings.CutSuffix(string(pa), "*")
+	return ok && !strings.Contains(prefix, "*") && strings.HasPrefix(string(pb), prefix)
 }

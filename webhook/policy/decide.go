@@ -45,7 +45,9 @@ func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
 
 	// Operators may do any write, including changing the designation.
 	if r.operators.matchCaller(caller) {
-		return c.allowed()
+		d := c.allowed()
+		d.DesignationChanged = req.Operation != Delete && req.Subresource == "" && !sameDesignation(req.Old, req.New)
+		return d
 	}
 	if req.Subresource == StatusSubresource && req.Resource == MultiClusterLeases {
 		return c.status()
@@ -84,8 +86,8 @@ func (c *check) mainResource() Decision {
 	}
 	if r.bind != nil {
 		if !bound {
-			return c.deny(InvariantBound, http.StatusForbidden, "is bound to no lease by rule template "+r.bind.manager.text+"; may not write",
-				"")
+			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
+				"bound to no lease: username does not fit "+r.bind.manager.text)
 		}
 		if !r.bind.leaseMatches(c.obj.Name, &vals) {
 			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
@@ -203,7 +205,7 @@ func (c *check) specWrite() (Decision, bool) {
 		if oldSpec.Holder != "" && newSpec.Holder != "" && !c.expired(req.Old) {
 			return c.deny(InvariantFencing, http.StatusForbidden,
 				"may not change the holder ("+clip(oldSpec.Holder)+" to "+clip(newSpec.Holder)+") of",
-				"held until "+c.expiry(req.Old).UTC().Format(time.RFC3339)+", expires in "+c.expiresIn(req.Old)), false
+				"held until "+c.expiry(req.Old).Add(c.skew).UTC().Format(time.RFC3339)+", expires in "+c.expiresIn(req.Old)), false
 		}
 		if req.Resource == Leases && newSpec.Holder != "" {
 			if newSpec.Transitions != oldSpec.Transitions+1 {
@@ -314,8 +316,11 @@ func (c *check) expired(o *Object) bool { return c.req.Now.After(c.expiry(o).Add
 // it guards has not gone stale.
 func (c *check) fresh(o *Object) bool { return !c.expired(o) }
 
+// expiresIn is the time left until o expires, past the skew grace, rounded
+// up to whole seconds so that a denied caller never reads "0s".
 func (c *check) expiresIn(o *Object) string {
-	return c.expiry(o).Add(c.skew).Sub(c.req.Now).Round(time.Second).String()
+	left := c.expiry(o).Add(c.skew).Sub(c.req.Now)
+	return ((left + time.Second - 1) / time.Second * time.Second).String()
 }
 
 func (c *check) staleIn(o *Object) string { return c.expiresIn(o) }

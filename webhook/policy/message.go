@@ -3,6 +3,7 @@ package policy
 import (
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -25,7 +26,13 @@ func (c *check) deny(inv Invariant, code int32, problem, hint string) Decision {
 	return Decision{Verdict: Deny, Invariant: inv, Code: code, Message: truncate(msg, MaxMessageLength)}
 }
 
+// clip makes a value fit in a one-line message: control characters (a
+// newline in a client-chosen holder, say) are escaped, and long values cut.
 func clip(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 || !utf8.ValidString(s) {
+		q := strconv.Quote(s)
+		s = q[1 : len(q)-1]
+	}
 	if len(s) <= maxValue {
 		return s
 	}

@@ -186,8 +186,8 @@ type Decision struct {
 	// RenewalInterval is set when the write is a renewal: how far it
 	// advances renewTime over the stored object.
 	RenewalInterval time.Duration
-	// Designation is the username the object is designated to after an
-	// admitted write that changes the designation.
+	// DesignationChanged is set on an admitted write that changes the
+	// designation annotation.
 	DesignationChanged bool
 }
 

@@ -1,0 +1,173 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestValidateGlob(t *testing.T) {
+	for _, c := range []struct {
+		pattern string
+		errSub  string // "" = valid
+	}{
+		{"*", ""},
+		{"a", ""},
+		{"system:serviceaccount:cnrm-system:cnrm-controller-manager-*", ""},
+		{"a/b:c*d*", ""},
+		{"**", ""},
+		{"", "empty pattern"},
+		{"foo?", `character '?' is not supported`},
+		{"[a]", `character '[' is not supported`},
+		{"a]", `character ']' is not supported`},
+		{"{ns}", `character '{' is not supported`},
+		{"ns}", `character '}' is not supported`},
+		{`a\*`, `character '\\' is not supported`},
+		{"*?[", `character '?' is not supported`}, // the first reserved character is named
+	} {
+		err := validateGlob(c.pattern)
+		switch {
+		case c.errSub == "" && err != nil:
+			t.Errorf("validateGlob(%q) = %v, want nil", c.pattern, err)
+		case c.errSub != "" && err == nil:
+			t.Errorf("validateGlob(%q) = nil, want an error containing %q", c.pattern, c.errSub)
+		case c.errSub != "" && !strings.Contains(err.Error(), c.errSub):
+			t.Errorf("validateGlob(%q) = %v, want it to contain %q", c.pattern, err, c.errSub)
+		}
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	const sa = "system:serviceaccount:cnrm-system:cnrm-controller-manager-"
+	for _, c := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		// literals
+		{"a", "a", true},
+		{"a", "", false},
+		{"a", "b", false},
+		{"a", "aa", false},
+		{"abc", "ab", false},
+		{"ab", "abc", false},
+		{"kube-system", "kube-system", true},
+		{"kube-system", "Kube-system", false},
+		// a lone star
+		{"*", "", true},
+		{"*", "x", true},
+		{"*", "system:serviceaccount:ns/with/slash", true},
+		{"**", "", true},
+		{"**", "abc", true},
+		// star at the end, start, middle
+		{"a*", "a", true},
+		{"a*", "abc", true},
+		{"a*", "", false},
+		{"a*", "ba", false},
+		{"*a", "a", true},
+		{"*a", "bca", true},
+		{"*a", "ab", false},
+		{"*a", "", false},
+		{"a*c", "ac", true},
+		{"a*c", "abbc", true},
+		{"a*c", "acb", false},
+		{"a*c", "abcbc", true},
+		{"a*c", "abcbd", false},
+		{"a**b", "ab", true},
+		{"a**b", "axxb", true},
+		// several stars and backtracking
+		{"a*b*c", "aXbYbZc", true},
+		{"a*b*c", "abc", true},
+		{"a*b*c", "abbc", true},
+		{"a*b*c", "aXbYbZ", false},
+		{"a*b*c", "acb", false},
+		{"a*b*c", "aXcYb", false},
+		{"*a*", "xxaxx", true},
+		{"*a*", "xxx", false},
+		{"ab*ba", "aba", false},
+		{"ab*ba", "abba", true},
+		{"ab*ba", "ababa", true},
+		{"*ab", "aab", true},
+		{"*aab", "aaab", true},
+		{"*aab", "aaba", false},
+		{"*a*a*a*a*b", strings.Repeat("a", 40), false},
+		{"*a*a*a*a*b", strings.Repeat("a", 40) + "b", true},
+		{"a*a", "a", false},
+		{"a*a", "aa", true},
+		// ':' and '/' are ordinary characters, and '*' crosses them
+		{sa + "*", sa + "team-a", true},
+		{sa + "*", sa, true},
+		{sa + "*", "system:serviceaccount:other:cnrm-controller-manager-a", false},
+		{"system:*:cnrm-system:*", "system:serviceaccount:cnrm-system:x", true},
+		{"system:*:cnrm-system:*", "system:serviceaccount:other:x", false},
+		{"system:serviceaccount:*", "system:serviceaccount:a:b:c", true},
+		{"*:*", "nocolon", false},
+		{"*:*", ":", true},
+		{"a/*/c", "a/b/x/c", true},
+		{"a/*/c", "a/c", false},
+		{"a/*/c", "a//c", true},
+		// non-ASCII
+		{"é*", "éa", true},
+		{"*é", "aé", true},
+		{"é", "e", false},
+	} {
+		if got := glob(c.pattern).match(c.s); got != c.want {
+			t.Errorf("glob(%q).match(%q) = %v, want %v", c.pattern, c.s, got, c.want)
+		}
+	}
+}
+
+func TestGlobs(t *testing.T) {
+	gs := globs{"user:a", "team-*", "ops"}
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{{"user:a", true}, {"team-x", true}, {"ops", true}, {"user:b", false}, {"", false}} {
+		if got := gs.match(c.s); got != c.want {
+			t.Errorf("globs.match(%q) = %v, want %v", c.s, got, c.want)
+		}
+		if got := gs.matchesOrEmpty(c.s); got != c.want {
+			t.Errorf("globs.matchesOrEmpty(%q) = %v, want %v", c.s, got, c.want)
+		}
+	}
+	var empty globs
+	if empty.match("x") {
+		t.Errorf("empty globs match as a principal list")
+	}
+	if !empty.matchesOrEmpty("x") || !empty.matchesOrEmpty("") {
+		t.Errorf("empty globs do not select everything as a selector")
+	}
+
+	for _, c := range []struct {
+		caller Caller
+		want   bool
+	}{
+		{Caller{Username: "user:a"}, true},
+		{Caller{Username: "user:z", Groups: []string{"system:authenticated", "ops"}}, true},
+		{Caller{Username: "user:z", Groups: []string{"team-1"}}, true},
+		{Caller{Username: "user:z", Groups: []string{"system:authenticated"}}, false},
+		{Caller{Username: "user:z"}, false},
+		{Caller{}, false},
+	} {
+		if got := gs.matchCaller(&c.caller); got != c.want {
+			t.Errorf("globs.matchCaller(%+v) = %v, want %v", c.caller, got, c.want)
+		}
+	}
+	if got := gs.String(); got != "user:a, team-*, ops" {
+		t.Errorf("globs.String() = %q", got)
+	}
+	if got := empty.String(); got != "" {
+		t.Errorf("empty globs.String() = %q, want empty", got)
+	}
+}
+
+func TestGlobMatchDoesNotAllocate(t *testing.T) {
+	gs := globs{"system:*:cnrm-system:*", "a*b*c"}
+	c := Caller{Username: "system:serviceaccount:other:x", Groups: []string{"g1", "aXbYbZc"}}
+	var ok bool
+	allocs := testing.AllocsPerRun(100, func() { ok = gs.matchCaller(&c) })
+	if !ok {
+		t.Fatalf("matchCaller = false, want true")
+	}
+	if allocs != 0 {
+		t.Errorf("glob matching allocates %v times per run, want 0", allocs)
+	}
+}
