@@ -53,9 +53,14 @@ test-unit: ## Unit tests only (no control plane).
 fuzz: ## Fuzz the decode-and-decide path for FUZZTIME.
 	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./webhook/admission
 
+BENCHSTAT ?= go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
 .PHONY: bench
-bench: ## Benchmarks of the decision core and the handler.
-	go test -run='^$$' -bench=. -benchmem -count=6 ./webhook/policy ./webhook/admission
+bench: ## Benchmarks of the decision core and of the handler beside a no-op handler (docs/performance.md).
+	@mkdir -p bin
+	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/admission ./webhook/policy | tee bin/bench.txt
+	$(BENCHSTAT) -col /handler -filter '.name:Handler' bin/bench.txt
+	$(BENCHSTAT) -filter '.name:/Decide/' bin/bench.txt
 
 .PHONY: help
 help:

@@ -27,8 +27,16 @@ core, with no cluster. The operation defaults to CREATE with --new only,
 DELETE with --old only and UPDATE with both. It prints the verdict and the
 message and exits 0 when the write is admitted (allow, warn, audit), 1 when
 it is denied and 2 when the input is bad.`,
-		Args: cobra.NoArgs,
+		// Usage mistakes are bad input too: exit 2, so that exit 1 always
+		// means "denied".
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return nil
+		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	fs := cmd.Flags()
 	fs.StringVar(&configPath, "config", "", "LeasePolicy file (required)")
 	fs.StringVar(&user, "user", "", "username of the caller (required)")
@@ -75,7 +83,7 @@ it is denied and 2 when the input is bad.`,
 		case req.Old == nil && req.New == nil:
 			return bad(errors.New("check needs --old, --new or both"))
 		case req.Old != nil && req.New != nil && oldRes != newRes:
-			return bad(fmt.Errorf("--old is a %s, --new a %s", oldRes, newRes))
+			return bad(fmt.Errorf("--old is a %s, --new a %s: both must be the same kind", kindOf(oldRes), kindOf(newRes)))
 		case req.New != nil:
 			req.Resource = newRes
 		default:
@@ -127,8 +135,12 @@ func checkOperation(op string, req *policy.Request) (policy.Operation, error) {
 		return want, nil
 	}
 	got := policy.Operation(strings.ToUpper(op))
-	if got == "PATCH" {
+	switch got {
+	case "PATCH":
 		got = policy.Update
+	case policy.Create, policy.Update, policy.Delete:
+	default:
+		return "", fmt.Errorf("--operation %q is not CREATE, UPDATE (or PATCH) or DELETE", op)
 	}
 	if got != want {
 		return "", fmt.Errorf("--operation %s does not fit the objects given (%s wants %s)", op, describeObjects(req), want)
@@ -151,4 +163,9 @@ func retryAfter(d *policy.Decision) string {
 		return ""
 	}
 	return ", retry after " + d.RetryAfter.Round(time.Millisecond).String()
+}
+
+func kindOf(r policy.Resource) string {
+	_, kind, _ := leaseobject.Kind(r)
+	return kind
 }

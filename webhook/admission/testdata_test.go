@@ -11,11 +11,18 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
+
+func init() {
+	// controller-runtime complains (with a stack trace) when its logger is
+	// never set; the tests want quiet plumbing.
+	ctrllog.SetLogger(logr.Discard())
+}
 
 // testNow is the server clock of every test request.
 var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -135,3 +142,12 @@ func post(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.Admissio
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func decodeReview(t testing.TB, body []byte) *admissionv1.AdmissionRequest {
+	t.Helper()
+	var r admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &r); err != nil || r.Request == nil {
+		t.Fatalf("not an AdmissionReview: %v", err)
+	}
+	return r.Request
+}

@@ -6,41 +6,22 @@ package leaseobject
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
+	"github.com/valyala/fastjson"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
-// wireObject holds only the fields leaseguard reads, so decoding skips the
-// rest (managedFields, status) without building it.
-type wireObject struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name              string            `json:"name"`
-		Namespace         string            `json:"namespace"`
-		CreationTimestamp metav1.Time       `json:"creationTimestamp"`
-		Annotations       map[string]string `json:"annotations"`
-	} `json:"metadata"`
-	Spec struct {
-		HolderIdentity       *string `json:"holderIdentity"`
-		RenewTime            *string `json:"renewTime"`
-		AcquireTime          *string `json:"acquireTime"`
-		LeaseDurationSeconds *int32  `json:"leaseDurationSeconds"`
-		RenewDeadlineSeconds *int32  `json:"renewDeadlineSeconds"`
-		RetryPeriodSeconds   *int32  `json:"retryPeriodSeconds"`
-		LeaseTransitions     *int32  `json:"leaseTransitions"`
-		Strategy             *string `json:"strategy"`
-		PreferredHolder      *string `json:"preferredHolder"`
-	} `json:"spec"`
-}
+// parsers are reused across requests: decoding an object then allocates only
+// the strings it keeps.
+var parsers fastjson.ParserPool
 
 // Kind returns the apiVersion and kind that a resource's objects carry.
 func Kind(res policy.Resource) (apiVersion, kind string, ok bool) {
@@ -70,87 +51,152 @@ func Decode(res policy.Resource, data []byte) (*policy.Object, error) {
 		}
 		data = converted
 	}
-	var w wireObject
-	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, describeJSONError(err)
+	parser := parsers.Get()
+	defer parsers.Put(parser)
+	v, err := parser.ParseBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("cannot decode object: %w", err)
 	}
-	if w.Kind != wantKind || w.APIVersion != wantVersion {
-		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(w.APIVersion), orMissing(w.Kind), wantVersion, wantKind)
+	if v.Type() != fastjson.TypeObject {
+		return nil, fmt.Errorf("cannot decode object: want a JSON object, got JSON %s", v.Type())
 	}
-	if w.Metadata.Name == "" {
-		return nil, fmt.Errorf("metadata.name is missing")
+	r := reader{root: v}
+	apiVersion, kind := r.str("apiVersion"), r.str("kind")
+	if r.err == nil && (kind != wantKind || apiVersion != wantVersion) {
+		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(apiVersion), orMissing(kind), wantVersion, wantKind)
 	}
-
 	o := &policy.Object{
-		Namespace:         w.Metadata.Namespace,
-		Name:              w.Metadata.Name,
-		CreationTimestamp: w.Metadata.CreationTimestamp.Time,
+		Name:      r.str("metadata", "name"),
+		Namespace: r.str("metadata", "namespace"),
 	}
-	o.Designated, o.HasDesignation = w.Metadata.Annotations[policy.DesignationAnnotation]
-	s := &w.Spec
-	if s.HolderIdentity != nil {
-		o.Spec.Holder = *s.HolderIdentity
-	}
-	var err error
-	if o.Spec.RenewTime, err = microTime("spec.renewTime", s.RenewTime); err != nil {
-		return nil, err
-	}
-	if o.Spec.AcquireTime, err = microTime("spec.acquireTime", s.AcquireTime); err != nil {
-		return nil, err
-	}
-	if o.Spec.LeaseDuration, err = seconds("spec.leaseDurationSeconds", s.LeaseDurationSeconds); err != nil {
-		return nil, err
-	}
-	if o.Spec.RenewDeadline, err = seconds("spec.renewDeadlineSeconds", s.RenewDeadlineSeconds); err != nil {
-		return nil, err
-	}
-	if o.Spec.RetryPeriod, err = seconds("spec.retryPeriodSeconds", s.RetryPeriodSeconds); err != nil {
-		return nil, err
-	}
-	if s.LeaseTransitions != nil {
-		if *s.LeaseTransitions < 0 {
-			return nil, fmt.Errorf("spec.leaseTransitions is negative (%d)", *s.LeaseTransitions)
+	o.CreationTimestamp = r.time("metadata", "creationTimestamp")
+	if ann := r.object("metadata", "annotations"); ann != nil {
+		if d := ann.Get(policy.DesignationAnnotation); d != nil {
+			o.HasDesignation = true
+			o.Designated = r.strValue(d, "metadata", "annotations", policy.DesignationAnnotation)
 		}
-		o.Spec.Transitions = *s.LeaseTransitions
 	}
-	if s.Strategy != nil {
-		o.Spec.Strategy = *s.Strategy
+	if r.object("spec") != nil {
+		s := &o.Spec
+		s.Holder = r.str("spec", "holderIdentity")
+		s.RenewTime = r.time("spec", "renewTime")
+		s.AcquireTime = r.time("spec", "acquireTime")
+		s.LeaseDuration = r.seconds("spec", "leaseDurationSeconds")
+		s.RenewDeadline = r.seconds("spec", "renewDeadlineSeconds")
+		s.RetryPeriod = r.seconds("spec", "retryPeriodSeconds")
+		s.Transitions = r.count("spec", "leaseTransitions")
+		s.Strategy = r.str("spec", "strategy")
+		s.PreferredHolder = r.str("spec", "preferredHolder")
 	}
-	if s.PreferredHolder != nil {
-		o.Spec.PreferredHolder = *s.PreferredHolder
+	if r.err != nil {
+		return nil, r.err
+	}
+	if o.Name == "" {
+		return nil, fmt.Errorf("metadata.name is missing")
 	}
 	return o, nil
 }
 
-// microTime parses an RFC 3339 time (MicroTime writes microseconds; any
-// fraction is accepted, as the API server does).
-func microTime(field string, v *string) (time.Time, error) {
-	if v == nil || *v == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339, *v)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%s: %q is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", field, *v)
-	}
-	return t, nil
+// reader pulls typed fields out of a parsed object and keeps the first
+// error, named by the field's path.
+type reader struct {
+	root *fastjson.Value
+	err  error
 }
 
-func seconds(field string, v *int32) (time.Duration, error) {
+// get returns the value at path, or nil when it is absent or null.
+func (r *reader) get(path ...string) *fastjson.Value {
+	v := r.root.Get(path...)
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	return v
+}
+
+// fail records "<field>: <problem>" unless an error is already kept.
+func (r *reader) fail(field string, format string, args ...any) {
+	r.failf("%s: "+format, append([]any{field}, args...)...)
+}
+
+func (r *reader) failf(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (r *reader) str(path ...string) string {
+	v := r.get(path...)
 	if v == nil {
-		return 0, nil
+		return ""
 	}
-	if *v < 0 {
-		return 0, fmt.Errorf("%s is negative (%d)", field, *v)
-	}
-	return time.Duration(*v) * time.Second, nil
+	return r.strValue(v, path...)
 }
 
-// describeJSONError names the field a decoding error is about.
-func describeJSONError(err error) error {
-	if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
-		return fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+// strValue reads a string; path names the field only if it is not one (the
+// path is joined on failure only, so reading allocates just the string).
+func (r *reader) strValue(v *fastjson.Value, path ...string) string {
+	b, err := v.StringBytes()
+	if err != nil {
+		r.fail(strings.Join(path, "."), "want string, got JSON %s", v.Type())
+		return ""
 	}
-	return fmt.Errorf("cannot decode object: %w", err)
+	return string(b)
+}
+
+func (r *reader) object(path ...string) *fastjson.Object {
+	v := r.get(path...)
+	if v == nil {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		r.fail(strings.Join(path, "."), "want object, got JSON %s", v.Type())
+		return nil
+	}
+	return o
+}
+
+// time parses an RFC 3339 time (MicroTime writes microseconds; any fraction
+// is accepted, as the API server does).
+func (r *reader) time(path ...string) time.Time {
+	s := r.str(path...)
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		r.fail(strings.Join(path, "."), "%q is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", s)
+	}
+	return t
+}
+
+// seconds reads a non-negative int32 count of seconds.
+func (r *reader) seconds(path ...string) time.Duration {
+	return time.Duration(r.count(path...)) * time.Second
+}
+
+// count reads a non-negative int32.
+func (r *reader) count(path ...string) int32 {
+	v := r.get(path...)
+	if v == nil {
+		return 0
+	}
+	if v.Type() != fastjson.TypeNumber {
+		r.fail(strings.Join(path, "."), "want integer, got JSON %s", v.Type())
+		return 0
+	}
+	n, err := v.Int64()
+	switch {
+	case err != nil:
+		r.fail(strings.Join(path, "."), "want integer, got %s", v)
+	case n < 0:
+		r.failf("%s is negative (%d)", strings.Join(path, "."), n)
+	case n > math.MaxInt32:
+		r.failf("%s is out of range (%d)", strings.Join(path, "."), n)
+	default:
+		return int32(n)
+	}
+	return 0
 }
 
 func orMissing(s string) string {

@@ -59,6 +59,9 @@ func Compile(spec *v1alpha1.LeasePolicy, opts CompileOptions) (*Policy, field.Er
 			}
 		}
 		for j, earlier := range p.Rules {
+			if rule.selectsNoResource() {
+				break // already reported under resources
+			}
 			if earlier.shadows(rule) {
 				errs = append(errs, field.Invalid(path, rule.Name,
 					fmt.Sprintf("matches nothing: rule %q (rules[%d]) comes first and selects every object this rule selects", earlier.Name, j)))
@@ -201,6 +204,8 @@ func onlyNeverIntercepted(namespaces globs, never []string) bool {
 	}
 	return true
 }
+
+func (r *Rule) selectsNoResource() bool { return !r.resources[0] && !r.resources[1] }
 
 // shadows reports whether every object later selects is selected by r first.
 func (r *Rule) shadows(later *Rule) bool {

@@ -59,11 +59,17 @@ func Parse(data []byte, opts policy.CompileOptions) (*policy.Policy, error) {
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("empty file (only comments): want apiVersion %s, kind %s", v1alpha1.APIVersion, v1alpha1.Kind)
+		}
 		return nil, yamlError(err)
 	}
 	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
+	switch err := dec.Decode(&extra); {
+	case err == nil:
 		return nil, fmt.Errorf("line %d: a policy file holds one document; found another", extra.Line)
+	case !errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("after the first document: %w", yamlError(err))
 	}
 
 	var spec v1alpha1.LeasePolicy

@@ -22,9 +22,13 @@ type Store struct {
 	path    string
 	opts    policy.CompileOptions
 	current atomic.Pointer[policy.Policy]
-	data    []byte
-	log     logr.Logger
-	rec     ReloadRecorder
+	// data is the file content in force; seen the content last read, when
+	// seenOK says the last read succeeded.
+	data   []byte
+	seen   []byte
+	seenOK bool
+	log    logr.Logger
+	rec    ReloadRecorder
 	// lastErr is the problem with the file on disk, or "" when it is in force.
 	lastErr atomic.Pointer[string]
 }
@@ -36,7 +40,7 @@ func NewStore(path string, opts policy.CompileOptions, log logr.Logger, rec Relo
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, opts: opts, data: data, log: log, rec: rec}
+	s := &Store{path: path, opts: opts, data: data, seen: data, seenOK: true, log: log, rec: rec}
 	s.current.Store(p)
 	return s, nil
 }
@@ -72,7 +76,20 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 // is valid. An invalid file keeps the last good policy in force.
 func (s *Store) Reload() {
 	data, err := readFile(s.path)
+	if err == nil && s.seenOK && bytes.Equal(data, s.seen) {
+		return
+	}
+	s.seen, s.seenOK = data, err == nil
 	if err == nil && bytes.Equal(data, s.data) {
+		// Reverted to the policy in force: nothing to swap, but the file
+		// is valid again.
+		if s.LastError() != "" {
+			s.lastErr.Store(nil)
+			s.log.Info("policy file is valid again", "path", s.path)
+			if s.rec != nil {
+				s.rec.PolicyReload(true)
+			}
+		}
 		return
 	}
 	var p *policy.Policy

@@ -1,0 +1,517 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	mgrA     = "system:serviceaccount:cnrm-system:cnrm-controller-manager-a"
+	mgrB     = "system:serviceaccount:cnrm-system:cnrm-controller-manager-b"
+	mgrTeamA = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a"
+	mgrTeamB = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-b"
+	operator = "system:serviceaccount:configconnector-operator-system:configconnector-operator"
+	mclCtl   = "system:serviceaccount:multiclusterlease-system:default"
+)
+
+// checkPolicy is the SPEC §3 sample plus a deny rule and an audit rule for
+// plain leases.
+const checkPolicy = `apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+clockSkew: 2s
+rules:
+- name: kcc-mcl
+  resources: [multiclusterleases]
+  namespaces: [cnrm-system]
+  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
+  designation: auto
+  operators: ["` + operator + `"]
+  statusWriters: ["` + mclCtl + `"]
+  minRenewInterval: 5s
+  enforcement: deny
+- name: kcc-namespace-leases
+  resources: [leases]
+  namespaces: [cnrm-system]
+  bind:
+    manager: "system:serviceaccount:cnrm-system:cnrm-controller-manager-{ns}"
+    lease: "kcc-leader-{ns}"
+  holderBinding: pod
+  minRenewInterval: auto
+  enforcement: warn
+- name: app-leases
+  resources: [leases]
+  namespaces: [apps]
+  managers: [alice, bob]
+  operators: ["system:masters"]
+  holderBinding: username
+  minRenewInterval: 5s
+- name: audited
+  resources: [leases]
+  namespaces: [audited]
+  managers: [alice]
+  enforcement: audit
+`
+
+// now is the server clock of every test; --now passes it.
+var now = time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+
+const nowFlag = "2026-01-02T15:04:05Z"
+
+func ts(d time.Duration) string { return now.Add(d).UTC().Format("2006-01-02T15:04:05.000000Z07:00") }
+
+// obj describes a test object.
+type obj struct {
+	mcl        bool
+	ns, name   string
+	designated string // "" = no annotation
+	holder     string
+	renew      time.Duration // renewTime relative to now
+	acquire    time.Duration // acquireTime relative to now; 0 = absent
+	trans      int
+}
+
+func (o obj) yaml() string {
+	var b strings.Builder
+	if o.mcl {
+		b.WriteString("apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\n")
+	} else {
+		b.WriteString("apiVersion: coordination.k8s.io/v1\nkind: Lease\n")
+	}
+	fmt.Fprintf(&b, "metadata:\n  name: %s\n  namespace: %s\n  creationTimestamp: %q\n", o.name, o.ns, ts(-time.Hour))
+	if o.designated != "" {
+		fmt.Fprintf(&b, "  annotations:\n    leaseguard.io/designated-manager: %q\n", o.designated)
+	}
+	b.WriteString("spec:\n  leaseDurationSeconds: 15\n")
+	if o.holder != "" {
+		fmt.Fprintf(&b, "  holderIdentity: %q\n  renewTime: %q\n", o.holder, ts(o.renew))
+	}
+	if o.acquire != 0 {
+		fmt.Fprintf(&b, "  acquireTime: %q\n", ts(o.acquire))
+	}
+	if !o.mcl {
+		fmt.Fprintf(&b, "  leaseTransitions: %d\n", o.trans)
+	}
+	return b.String()
+}
+
+// files writes the policy and objects into a temporary folder.
+type files struct {
+	t   *testing.T
+	dir string
+}
+
+func newFiles(t *testing.T) *files {
+	f := &files{t: t, dir: t.TempDir()}
+	f.write("policy.yaml", checkPolicy)
+	return f
+}
+
+func (f *files) write(name, content string) string {
+	f.t.Helper()
+	path := filepath.Join(f.dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	return path
+}
+
+func (f *files) policy() string { return filepath.Join(f.dir, "policy.yaml") }
+
+// runCheck runs `leaseguard check args...` in process and returns its
+// output, its error and the process exit code main would use.
+func runCheck(t *testing.T, args ...string) (string, error, int) {
+	t.Helper()
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"check"}, args...))
+	err := root.Execute()
+	code := 0
+	if err != nil {
+		code = exitCode(err)
+	}
+	return out.String(), err, code
+}
+
+func TestCheckVerdicts(t *testing.T) {
+	f := newFiles(t)
+	mclOld := obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -5 * time.Second}
+	mclRenewed := mclOld
+	mclRenewed.renew = 0
+	mclTooSoon := mclOld
+	mclTooSoon.renew = -3 * time.Second
+	mclOldLong := mclOld
+	mclOldLong.renew = -6 * time.Second
+	mclTakeover := obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "b", renew: 0}
+	mclStale := mclOld
+	mclStale.renew = -18 * time.Second
+	mclTakenOver := obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrB, holder: "b", renew: 0}
+
+	paths := map[string]string{
+		"mcl-old":        f.write("mcl-old.yaml", mclOld.yaml()),
+		"mcl-old-6s":     f.write("mcl-old-6s.yaml", mclOldLong.yaml()),
+		"mcl-stale":      f.write("mcl-stale.yaml", mclStale.yaml()),
+		"mcl-renewed":    f.write("mcl-renewed.yaml", mclRenewed.yaml()),
+		"mcl-too-soon":   f.write("mcl-too-soon.yaml", mclTooSoon.yaml()),
+		"mcl-takeover":   f.write("mcl-takeover.yaml", mclTakeover.yaml()),
+		"mcl-taken-over": f.write("mcl-taken-over.yaml", mclTakenOver.yaml()),
+		"lease-team-a":   f.write("lease-team-a.yaml", obj{ns: "cnrm-system", name: "kcc-leader-team-a", holder: "pod-a_1", renew: 0}.yaml()),
+		"lease-other-ns": f.write("lease-other-ns.yaml", obj{ns: "default", name: "x", holder: "h", renew: 0}.yaml()),
+		"mcl-other-ns":   f.write("mcl-other-ns.yaml", obj{mcl: true, ns: "default", name: "kcc-leader", holder: "h", renew: 0}.yaml()),
+		"app-old":        f.write("app-old.yaml", obj{ns: "apps", name: "app", holder: "alice", renew: -2 * time.Second, acquire: -time.Hour, trans: 3}.yaml()),
+		"app-renew":      f.write("app-renew.yaml", obj{ns: "apps", name: "app", holder: "alice", renew: 0, acquire: -time.Hour, trans: 3}.yaml()),
+		"app-renew-2.5":  f.write("app-renew-2.5.yaml", obj{ns: "apps", name: "app", holder: "alice", renew: 500 * time.Millisecond, acquire: -time.Hour, trans: 3}.yaml()),
+		"app-bob":        f.write("app-bob.yaml", obj{ns: "apps", name: "app", holder: "bob", renew: 0, acquire: -time.Second, trans: 4}.yaml()),
+		"app-carol":      f.write("app-carol.yaml", obj{ns: "apps", name: "app", holder: "carol", renew: 0}.yaml()),
+		"app-future":     f.write("app-future.yaml", obj{ns: "apps", name: "app", holder: "alice", renew: 10 * time.Second, acquire: -time.Hour, trans: 3}.yaml()),
+		"audited":        f.write("audited.yaml", obj{ns: "audited", name: "x", holder: "h", renew: 0}.yaml()),
+	}
+
+	tests := []struct {
+		name string
+		args []string
+		out  string
+		code int
+	}{
+		{
+			name: "designated manager renews",
+			args: []string{"--user", mgrA, "--old", paths["mcl-old-6s"], "--new", paths["mcl-renewed"]},
+			out:  "ALLOW: rule kcc-mcl\n",
+		},
+		{
+			name: "I2: another manager writes a fresh designated MultiClusterLease",
+			args: []string{"--user", mgrB, "--old", paths["mcl-old"], "--new", paths["mcl-takeover"]},
+			out: "DENY (I2, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
+				" is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)\n",
+			code: 1,
+		},
+		{
+			name: "I3: another manager takes over a stale designation",
+			args: []string{"--user", mgrB, "--old", paths["mcl-stale"], "--new", paths["mcl-taken-over"]},
+			out:  "ALLOW: rule kcc-mcl\n",
+		},
+		{
+			name: "I3: another manager may not designate itself while fresh",
+			args: []string{"--user", mgrB, "--old", paths["mcl-old"], "--new", paths["mcl-taken-over"]},
+			out: "DENY (I3, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
+				" may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)\n",
+			code: 1,
+		},
+		{
+			name: "operator writes anything",
+			args: []string{"--user", operator, "--old", paths["mcl-old"], "--new", paths["mcl-takeover"]},
+			out:  "ALLOW: rule kcc-mcl\n",
+		},
+		{
+			name: "I6: renewal too soon",
+			args: []string{"--user", mgrA, "--old", paths["mcl-too-soon"], "--new", paths["mcl-renewed"], "--operation", "update"},
+			out: "DENY (I6, HTTP 429, retry after 2s): leaseguard: rule kcc-mcl: " + mgrA +
+				" renews too often multiclusterlease cnrm-system/kcc-leader (renewed 3s after the last renewal, minimum 5s)\n",
+			code: 1,
+		},
+		{
+			name: "I6: fractional retry-after",
+			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew-2.5"], "--now", "2026-01-02T15:04:05.5Z"},
+			out: "DENY (I6, HTTP 429, retry after 2.5s): leaseguard: rule app-leases: alice" +
+				" renews too often lease apps/app (renewed 2.5s after the last renewal, minimum 5s)\n",
+			code: 1,
+		},
+		{
+			name: "I8: a manager writes the status",
+			args: []string{"--user", mgrA, "--subresource", "status", "--old", paths["mcl-old"], "--new", paths["mcl-old"]},
+			out: "DENY (I8, HTTP 403): leaseguard: rule kcc-mcl: " + mgrA +
+				" may not write the status of multiclusterlease cnrm-system/kcc-leader (status writers: " + mclCtl + ")\n",
+			code: 1,
+		},
+		{
+			name: "status writer writes the status",
+			args: []string{"--user", mclCtl, "--subresource", "status", "--old", paths["mcl-old"], "--new", paths["mcl-old"]},
+			out:  "ALLOW: rule kcc-mcl\n",
+		},
+		{
+			name: "no rule selects a lease",
+			args: []string{"--user", "anyone", "--new", paths["lease-other-ns"]},
+			out:  "ALLOW: no rule selects this object\n",
+		},
+		{
+			name: "no rule selects a MultiClusterLease",
+			args: []string{"--user", "anyone", "--old", paths["mcl-other-ns"]},
+			out:  "ALLOW: no rule selects this object\n",
+		},
+		{
+			name: "warn: I9 another manager's bound lease",
+			args: []string{"--user", mgrTeamB, "--pod-name", "pod-a", "--new", paths["lease-team-a"]},
+			out: "WARN (I9, admitted): leaseguard: rule kcc-namespace-leases: " + mgrTeamB +
+				" may not write lease cnrm-system/kcc-leader-team-a (bound lease: kcc-leader-team-b)\n",
+		},
+		{
+			name: "warn: I1 not a manager",
+			args: []string{"--user", "mallory", "--new", paths["lease-team-a"]},
+			out: "WARN (I1, admitted): leaseguard: rule kcc-namespace-leases: mallory is not a manager of lease cnrm-system/kcc-leader-team-a" +
+				" (managers: system:serviceaccount:cnrm-system:cnrm-controller-manager-{ns})\n",
+		},
+		{
+			name: "warn: I5 no pod-bound token",
+			args: []string{"--user", mgrTeamA, "--new", paths["lease-team-a"]},
+			out: "WARN (I5, admitted): leaseguard: rule kcc-namespace-leases: " + mgrTeamA +
+				" has no pod-bound token and may not write lease cnrm-system/kcc-leader-team-a (holderBinding pod needs the authentication.kubernetes.io/pod-name extra)\n",
+		},
+		{
+			name: "bound manager creates its lease from its pod",
+			args: []string{"--user", mgrTeamA, "--pod-name", "pod-a", "--new", paths["lease-team-a"], "--operation", "CREATE"},
+			out:  "ALLOW: rule kcc-namespace-leases\n",
+		},
+		{
+			name: "audit: I1",
+			args: []string{"--user", "bob", "--new", paths["audited"]},
+			out:  "AUDIT (I1, admitted): leaseguard: rule audited: bob is not a manager of lease audited/x (managers: alice)\n",
+		},
+		{
+			name: "I1 deny under a deny rule",
+			args: []string{"--user", "mallory", "--old", paths["app-old"]},
+			out:  "DENY (I1, HTTP 403): leaseguard: rule app-leases: mallory is not a manager of lease apps/app (managers: alice, bob)\n",
+			code: 1,
+		},
+		{
+			name: "I4: holder change of a live lease",
+			args: []string{"--user", "bob", "--old", paths["app-old"], "--new", paths["app-bob"]},
+			out: "DENY (I4, HTTP 403): leaseguard: rule app-leases: bob may not change the holder (alice to bob) of lease apps/app" +
+				" (held until 2026-01-02T15:04:20Z, expires in 15s)\n",
+			code: 1,
+		},
+		{
+			name: "I5: holder must be the username",
+			args: []string{"--user", "bob", "--new", paths["app-carol"]},
+			out: "DENY (I5, HTTP 403): leaseguard: rule app-leases: bob writes holder carol that is not its username on lease apps/app" +
+				" (holder must be the caller's username)\n",
+			code: 1,
+		},
+		{
+			name: "I7: renewTime in the future",
+			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-future"]},
+			out: "DENY (I7, HTTP 403): leaseguard: rule app-leases: alice sets a renewTime in the future on lease apps/app" +
+				" (renewTime 10s ahead of the server clock, allowed 2s)\n",
+			code: 1,
+		},
+		{
+			name: "operator by group",
+			args: []string{"--user", "admin", "--group", "system:authenticated", "--group", "system:masters", "--old", paths["app-old"], "--new", paths["app-carol"]},
+			out:  "ALLOW: rule app-leases\n",
+		},
+		{
+			name: "manager deletes",
+			args: []string{"--user", "bob", "--old", paths["app-old"], "--operation", "DELETE"},
+			out:  "ALLOW: rule app-leases\n",
+		},
+		{
+			name: "PATCH is an UPDATE",
+			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--operation", "PATCH", "--now", "2026-01-02T15:04:08Z"},
+			out:  "DENY (I6, HTTP 429, retry after 3s): leaseguard: rule app-leases: alice renews too often lease apps/app (renewed 2s after the last renewal, minimum 5s)\n",
+			code: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--config", f.policy()}, tc.args...)
+			if !contains(args, "--now") {
+				args = append(args, "--now", nowFlag)
+			}
+			out, err, code := runCheck(t, args...)
+			if out != tc.out {
+				t.Errorf("output:\n%s\nwant:\n%s", out, tc.out)
+			}
+			if code != tc.code {
+				t.Errorf("exit code %d (error %v), want %d", code, err, tc.code)
+			}
+			if tc.code == 0 && err != nil {
+				t.Errorf("error %v for an admitted write", err)
+			}
+			if tc.code == 1 && (err == nil || err.Error() != "") {
+				t.Errorf("error %v for a denial, want an empty one (the verdict is on stdout)", err)
+			}
+		})
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// The same write is decided differently at different --now values: the
+// designation goes stale.
+func TestCheckNowDecides(t *testing.T) {
+	f := newFiles(t)
+	old := f.write("old.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -5 * time.Second}.yaml())
+	// mgrB takes over: designates itself and acquires.
+	takeover := f.write("new.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrB, holder: "b", renew: 13 * time.Second}.yaml())
+	base := []string{"--config", f.policy(), "--user", mgrB, "--old", old, "--new", takeover}
+
+	// Stale at old renewTime + 15s lease + 2s skew = 15:04:17, and only once
+	// the clock is past it.
+	tests := []struct {
+		now, out string
+		code     int
+	}{
+		{"2026-01-02T15:04:05Z", "DENY (I3, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
+			" may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)\n", 1},
+		{"2026-01-02T15:04:16.2Z", "DENY (I3, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
+			" may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 1s)\n", 1},
+		{"2026-01-02T15:04:17Z", "DENY (I3, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
+			" may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 0s)\n", 1},
+		{"2026-01-02T15:04:17.001Z", "ALLOW: rule kcc-mcl\n", 0},
+		{"2026-01-02T17:04:17+02:00", "DENY (I3, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
+			" may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 0s)\n", 1},
+		{"2026-01-02T17:04:18+02:00", "ALLOW: rule kcc-mcl\n", 0},
+	}
+	for _, tc := range tests {
+		out, err, code := runCheck(t, append(base, "--now", tc.now)...)
+		if out != tc.out || code != tc.code {
+			t.Errorf("--now %s: exit %d (%v), output:\n%s\nwant exit %d, output:\n%s", tc.now, code, err, out, tc.code, tc.out)
+		}
+	}
+}
+
+func TestCheckBadInput(t *testing.T) {
+	f := newFiles(t)
+	lease := f.write("lease.yaml", obj{ns: "apps", name: "app", holder: "alice", renew: 0}.yaml())
+	mcl := f.write("mcl.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", holder: "a", renew: 0}.yaml())
+	noName := f.write("noname.yaml", "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  namespace: apps\n")
+	configMap := f.write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n")
+	negative := f.write("negative.yaml", "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  leaseDurationSeconds: -15\n")
+	badPolicy := f.write("bad-policy.yaml", "apiVersion: leaseguard.io/v1alpha1\nkind: LeasePolicy\nrules:\n- name: r\n  resources: [leases]\n  managerz: [alice]\n")
+	invalidPolicy := f.write("invalid-policy.yaml", "apiVersion: leaseguard.io/v1alpha1\nkind: LeasePolicy\nrules:\n- name: r\n  resources: [leases]\n  namespaces: [kube-system]\n  managers: [alice]\n  minRenewInterval: -5s\n")
+	ownNS := f.write("own-ns-policy.yaml", "apiVersion: leaseguard.io/v1alpha1\nkind: LeasePolicy\nrules:\n- name: r\n  resources: [leases]\n  namespaces: [guard]\n  managers: [alice]\n")
+	missing := filepath.Join(f.dir, "missing.yaml")
+	pol := f.policy()
+
+	tests := []struct {
+		name string
+		args []string
+		// want are substrings of the error; exact is the whole error when set.
+		want  []string
+		exact string
+	}{
+		{"missing --config", []string{"--user", "alice", "--new", lease}, nil, "check needs --config and --user"},
+		{"missing --user", []string{"--config", pol, "--new", lease}, nil, "check needs --config and --user"},
+		{"no objects", []string{"--config", pol, "--user", "alice"}, nil, "check needs --old, --new or both"},
+		{"unknown policy file", []string{"--config", missing, "--user", "alice", "--new", lease}, []string{missing, "no such file or directory"}, ""},
+		{"policy with an unknown field", []string{"--config", badPolicy, "--user", "alice", "--new", lease}, nil,
+			"policy file " + badPolicy + ": 1 problem(s):\n  line 6: field managerz not found in type v1alpha1.Rule"},
+		{"invalid policy lists every problem", []string{"--config", invalidPolicy, "--user", "alice", "--new", lease},
+			[]string{"policy file " + invalidPolicy + ": 2 problem(s):\n",
+				"\n  line 6: rules[0].namespaces: Invalid value:",
+				"\n  line 8: rules[0].minRenewInterval: Invalid value: \"-5s\": must not be negative"}, ""},
+		{"--namespace feeds policy validation", []string{"--config", ownNS, "--namespace", "guard", "--user", "alice", "--new", lease},
+			[]string{"policy file " + ownNS + ": 1 problem(s):\n  line 6: rules[0].namespaces: Invalid value:", "leaseguard is never called for kube-system, kube-node-lease, guard"}, ""},
+		{"unknown --old file", []string{"--config", pol, "--user", "alice", "--old", missing}, []string{missing, "no such file or directory"}, ""},
+		{"unknown --new file", []string{"--config", pol, "--user", "alice", "--old", lease, "--new", missing}, []string{missing, "no such file or directory"}, ""},
+		{"object without a name", []string{"--config", pol, "--user", "alice", "--new", noName}, nil, noName + ": metadata.name is missing"},
+		{"object of another kind", []string{"--config", pol, "--user", "alice", "--old", configMap}, nil,
+			configMap + ": object is v1 ConfigMap, want coordination.k8s.io/v1 Lease or multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease"},
+		{"object with a negative duration", []string{"--config", pol, "--user", "alice", "--new", negative}, []string{negative + ": ", "spec.leaseDurationSeconds", "negative (-15)"}, ""},
+		{"--old and --new of different kinds", []string{"--config", pol, "--user", "alice", "--old", lease, "--new", mcl}, []string{"--old is a Lease, --new a MultiClusterLease: both must be the same kind"}, ""},
+		{"--operation CREATE with both objects", []string{"--config", pol, "--user", "alice", "--old", lease, "--new", lease, "--operation", "CREATE"}, nil,
+			"--operation CREATE does not fit the objects given (--old and --new wants UPDATE)"},
+		{"--operation DELETE with --new only", []string{"--config", pol, "--user", "alice", "--new", lease, "--operation", "delete"}, nil,
+			"--operation delete does not fit the objects given (--new only wants CREATE)"},
+		{"--operation UPDATE with --old only", []string{"--config", pol, "--user", "alice", "--old", lease, "--operation", "UPDATE"}, nil,
+			"--operation UPDATE does not fit the objects given (--old only wants DELETE)"},
+		{"--operation not an operation", []string{"--config", pol, "--user", "alice", "--new", lease, "--operation", "CONNECT"}, []string{`--operation "CONNECT" is not CREATE, UPDATE (or PATCH) or DELETE`}, ""},
+		{"bad --now", []string{"--config", pol, "--user", "alice", "--new", lease, "--now", "2026-01-02 15:04:05"}, nil,
+			`--now "2026-01-02 15:04:05" is not an RFC 3339 time`},
+		{"--now without zone", []string{"--config", pol, "--user", "alice", "--new", lease, "--now", "2026-01-02T15:04:05"}, nil,
+			`--now "2026-01-02T15:04:05" is not an RFC 3339 time`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err, code := runCheck(t, tc.args...)
+			if err == nil {
+				t.Fatalf("check succeeded: %q", out)
+			}
+			if code != 2 {
+				t.Errorf("exit code %d, want 2 (error %v)", code, err)
+			}
+			if out != "" {
+				t.Errorf("output %q for bad input, want none", out)
+			}
+			if tc.exact != "" && err.Error() != tc.exact {
+				t.Errorf("error:\n%s\nwant:\n%s", err, tc.exact)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error:\n%s\ndoes not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// Command-line mistakes are bad input too: the documented exit code is 2, so
+// that a script never mistakes a typo for a denial (exit 1).
+func TestCheckUsageErrorsExit2(t *testing.T) {
+	f := newFiles(t)
+	lease := f.write("lease.yaml", obj{ns: "apps", name: "app", holder: "alice", renew: 0}.yaml())
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"--config", f.policy(), "--user", "alice", "--new", lease, "--bogus"}, "unknown flag: --bogus"},
+		{"positional argument", []string{"--config", f.policy(), "--user", "alice", "--new", lease, "extra"}, `unknown command "extra"`},
+		{"flag without value", []string{"--config", f.policy(), "--user", "alice", "--new"}, "flag needs an argument: --new"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err, code := runCheck(t, tc.args...)
+			if err == nil {
+				t.Fatalf("check succeeded: %q", out)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+			if code != 2 {
+				t.Errorf("exit code %d for %q, want 2 (bad input)", code, err)
+			}
+		})
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int
+	}{
+		{&exitError{code: 2, err: fmt.Errorf("bad")}, 2},
+		{&exitError{code: 1, err: fmt.Errorf("")}, 1},
+		{fmt.Errorf("plain"), 1},
+	}
+	for _, tc := range tests {
+		if got := exitCode(tc.err); got != tc.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != version+"\n" {
+		t.Errorf("version printed %q, want %q", out.String(), version+"\n")
+	}
+}

@@ -1,0 +1,444 @@
+package leaseobject
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+var (
+	renew    = time.Date(2026, 1, 2, 15, 4, 5, 123456000, time.UTC)
+	acquire  = time.Date(2026, 1, 2, 15, 0, 0, 500000000, time.UTC)
+	creation = time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+)
+
+const leaseJSON = `{
+  "apiVersion": "coordination.k8s.io/v1",
+  "kind": "Lease",
+  "metadata": {
+    "name": "kcc-leader-team-a",
+    "namespace": "cnrm-system",
+    "creationTimestamp": "2026-01-01T10:00:00Z",
+    "resourceVersion": "42",
+    "annotations": {"leaseguard.io/designated-manager": "system:serviceaccount:cnrm-system:mgr-a", "other": "x"},
+    "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]
+  },
+  "spec": {
+    "holderIdentity": "pod-a_1234",
+    "renewTime": "2026-01-02T15:04:05.123456Z",
+    "acquireTime": "2026-01-02T15:00:00.500000Z",
+    "leaseDurationSeconds": 15,
+    "leaseTransitions": 7,
+    "strategy": "OldestEmulationVersion",
+    "preferredHolder": "pod-b"
+  }
+}`
+
+const leaseYAML = `# kubectl get lease -o yaml
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: kcc-leader-team-a
+  namespace: cnrm-system
+  creationTimestamp: "2026-01-01T10:00:00Z"
+  annotations:
+    leaseguard.io/designated-manager: system:serviceaccount:cnrm-system:mgr-a
+    other: x
+spec:
+  holderIdentity: pod-a_1234
+  renewTime: "2026-01-02T15:04:05.123456Z"
+  acquireTime: 2026-01-02T15:00:00.500000Z
+  leaseDurationSeconds: 15
+  leaseTransitions: 7
+  strategy: OldestEmulationVersion
+  preferredHolder: pod-b
+`
+
+const mclJSON = `{
+  "apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1",
+  "kind": "MultiClusterLease",
+  "metadata": {"name": "kcc-leader", "namespace": "cnrm-system", "creationTimestamp": "2026-01-01T10:00:00Z"},
+  "spec": {
+    "holderIdentity": "cluster-1/pod-a",
+    "renewTime": "2026-01-02T15:04:05.123456Z",
+    "leaseDurationSeconds": 30,
+    "renewDeadlineSeconds": 20,
+    "retryPeriodSeconds": 4
+  },
+  "status": {"globalHolderIdentity": "cluster-1/pod-a", "globalLeaseTransitions": 3}
+}`
+
+const mclYAML = `apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1
+kind: MultiClusterLease
+metadata:
+  name: kcc-leader
+  namespace: cnrm-system
+  creationTimestamp: "2026-01-01T10:00:00Z"
+  finalizers:
+  - multiclusterlease.core.cnrm.cloud.google.com/finalizer
+spec:
+  holderIdentity: cluster-1/pod-a
+  renewTime: "2026-01-02T15:04:05.123456Z"
+  leaseDurationSeconds: 30
+  renewDeadlineSeconds: 20
+  retryPeriodSeconds: 4
+status:
+  globalHolderIdentity: cluster-1/pod-a
+`
+
+var wantLease = policy.Object{
+	Namespace:         "cnrm-system",
+	Name:              "kcc-leader-team-a",
+	CreationTimestamp: creation,
+	Designated:        "system:serviceaccount:cnrm-system:mgr-a",
+	HasDesignation:    true,
+	Spec: policy.Spec{
+		Holder:          "pod-a_1234",
+		RenewTime:       renew,
+		AcquireTime:     acquire,
+		LeaseDuration:   15 * time.Second,
+		Transitions:     7,
+		Strategy:        "OldestEmulationVersion",
+		PreferredHolder: "pod-b",
+	},
+}
+
+var wantMCL = policy.Object{
+	Namespace:         "cnrm-system",
+	Name:              "kcc-leader",
+	CreationTimestamp: creation,
+	Spec: policy.Spec{
+		Holder:        "cluster-1/pod-a",
+		RenewTime:     renew,
+		LeaseDuration: 30 * time.Second,
+		RenewDeadline: 20 * time.Second,
+		RetryPeriod:   4 * time.Second,
+	},
+}
+
+// sameObject compares objects field by field, times as instants.
+func sameObject(t *testing.T, got *policy.Object, want *policy.Object) {
+	t.Helper()
+	if got == nil {
+		t.Fatal("nil object")
+	}
+	if got.Namespace != want.Namespace || got.Name != want.Name {
+		t.Errorf("object %s/%s, want %s/%s", got.Namespace, got.Name, want.Namespace, want.Name)
+	}
+	if !got.CreationTimestamp.Equal(want.CreationTimestamp) {
+		t.Errorf("CreationTimestamp %v, want %v", got.CreationTimestamp, want.CreationTimestamp)
+	}
+	if got.Designated != want.Designated || got.HasDesignation != want.HasDesignation {
+		t.Errorf("designation %q (present %v), want %q (present %v)", got.Designated, got.HasDesignation, want.Designated, want.HasDesignation)
+	}
+	g, w := &got.Spec, &want.Spec
+	if g.Holder != w.Holder {
+		t.Errorf("Holder %q, want %q", g.Holder, w.Holder)
+	}
+	if !g.RenewTime.Equal(w.RenewTime) {
+		t.Errorf("RenewTime %v, want %v", g.RenewTime, w.RenewTime)
+	}
+	if !g.AcquireTime.Equal(w.AcquireTime) {
+		t.Errorf("AcquireTime %v, want %v", g.AcquireTime, w.AcquireTime)
+	}
+	if g.LeaseDuration != w.LeaseDuration || g.RenewDeadline != w.RenewDeadline || g.RetryPeriod != w.RetryPeriod {
+		t.Errorf("durations %v/%v/%v, want %v/%v/%v", g.LeaseDuration, g.RenewDeadline, g.RetryPeriod, w.LeaseDuration, w.RenewDeadline, w.RetryPeriod)
+	}
+	if g.Transitions != w.Transitions {
+		t.Errorf("Transitions %d, want %d", g.Transitions, w.Transitions)
+	}
+	if g.Strategy != w.Strategy || g.PreferredHolder != w.PreferredHolder {
+		t.Errorf("Strategy %q PreferredHolder %q, want %q %q", g.Strategy, g.PreferredHolder, w.Strategy, w.PreferredHolder)
+	}
+	if !g.Equal(w) {
+		t.Errorf("Spec.Equal is false:\n got %+v\nwant %+v", *g, *w)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name string
+		res  policy.Resource
+		data string
+		want policy.Object
+	}{
+		{"lease JSON", policy.Leases, leaseJSON, wantLease},
+		{"lease YAML", policy.Leases, leaseYAML, wantLease},
+		{"lease JSON with surrounding whitespace", policy.Leases, "\n\t " + leaseJSON + "\n\n", wantLease},
+		{"MultiClusterLease JSON", policy.MultiClusterLeases, mclJSON, wantMCL},
+		{"MultiClusterLease YAML", policy.MultiClusterLeases, mclYAML, wantMCL},
+		{
+			"lease without spec",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns"}}`,
+			policy.Object{Namespace: "ns", Name: "l"},
+		},
+		{
+			"released lease: null and empty fields",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":null},
+			  "spec":{"holderIdentity":null,"renewTime":null,"acquireTime":"","leaseDurationSeconds":null,"leaseTransitions":0}}`,
+			policy.Object{Namespace: "ns", Name: "l"},
+		},
+		{
+			"designation annotation absent",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":{"other":"x"}},"spec":{"holderIdentity":"h"}}`,
+			policy.Object{Namespace: "ns", Name: "l", Spec: policy.Spec{Holder: "h"}},
+		},
+		{
+			"designation annotation empty",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":{"leaseguard.io/designated-manager":""}}}`,
+			policy.Object{Namespace: "ns", Name: "l", Designated: "", HasDesignation: true},
+		},
+		{
+			"designation annotation empty, YAML",
+			policy.MultiClusterLeases,
+			"apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: m\n  annotations:\n    leaseguard.io/designated-manager: \"\"\n",
+			policy.Object{Name: "m", Designated: "", HasDesignation: true},
+		},
+		{
+			"renewTime in a non-UTC offset",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"holderIdentity":"h","renewTime":"2026-01-02T17:04:05.123456+02:00"}}`,
+			policy.Object{Name: "l", Spec: policy.Spec{Holder: "h", RenewTime: renew}},
+		},
+		{
+			"renewTime with nanoseconds and no fraction",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"renewTime":"2026-01-02T15:04:05.123456789Z","acquireTime":"2026-01-02T15:00:00Z"}}`,
+			policy.Object{Name: "l", Spec: policy.Spec{
+				RenewTime:   time.Date(2026, 1, 2, 15, 4, 5, 123456789, time.UTC),
+				AcquireTime: time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC),
+			}},
+		},
+		{
+			"zero durations",
+			policy.MultiClusterLeases,
+			`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"name":"m"},"spec":{"leaseDurationSeconds":0,"renewDeadlineSeconds":0,"retryPeriodSeconds":0}}`,
+			policy.Object{Name: "m"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := Decode(tc.res, []byte(tc.data))
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			sameObject(t, o, &tc.want)
+
+			res, o2, err := DecodeAny([]byte(tc.data))
+			if err != nil {
+				t.Fatalf("DecodeAny: %v", err)
+			}
+			if res != tc.res {
+				t.Errorf("DecodeAny resource %q, want %q", res, tc.res)
+			}
+			sameObject(t, o2, &tc.want)
+		})
+	}
+}
+
+func TestDecodeNonUTCRenewTimeIsSameInstant(t *testing.T) {
+	const data = `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},
+	  "spec":{"holderIdentity":"h","renewTime":"2026-01-02T15:04:05.123456+02:00"}}`
+	o, err := Decode(policy.Leases, []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2026, 1, 2, 13, 4, 5, 123456000, time.UTC)
+	if !o.Spec.RenewTime.Equal(want) {
+		t.Errorf("RenewTime %v, want the instant %v", o.Spec.RenewTime, want)
+	}
+	if got := o.Spec.RenewTime.UTC().Format(time.RFC3339Nano); got != "2026-01-02T13:04:05.123456Z" {
+		t.Errorf("RenewTime in UTC %s", got)
+	}
+	// The same instant written in UTC gives an equal spec.
+	utc, err := Decode(policy.Leases, []byte(strings.Replace(data, "2026-01-02T15:04:05.123456+02:00", "2026-01-02T13:04:05.123456Z", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Spec.Equal(&utc.Spec) {
+		t.Errorf("specs differ: %+v vs %+v", o.Spec, utc.Spec)
+	}
+}
+
+const leaseHead = `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns"},"spec":`
+
+func TestDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		res  policy.Resource
+		data string
+		// want are substrings of the error.
+		want []string
+	}{
+		{"empty", policy.Leases, "", []string{"empty object"}},
+		{"blank", policy.Leases, " \n\t", []string{"empty object"}},
+		{"unguarded resource", policy.Resource("pods"), "{}", []string{`resource "pods" is not guarded by leaseguard (want leases or multiclusterleases)`}},
+		{
+			"lease where a MultiClusterLease is wanted",
+			policy.MultiClusterLeases,
+			leaseJSON,
+			[]string{"object is coordination.k8s.io/v1 Lease, want multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease"},
+		},
+		{
+			"MultiClusterLease where a lease is wanted",
+			policy.Leases,
+			mclYAML,
+			[]string{"object is multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease, want coordination.k8s.io/v1 Lease"},
+		},
+		{
+			"wrong apiVersion",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1beta1","kind":"Lease","metadata":{"name":"l"}}`,
+			[]string{"object is coordination.k8s.io/v1beta1 Lease, want coordination.k8s.io/v1 Lease"},
+		},
+		{
+			"wrong kind",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Leases","metadata":{"name":"l"}}`,
+			[]string{"object is coordination.k8s.io/v1 Leases, want coordination.k8s.io/v1 Lease"},
+		},
+		{
+			"apiVersion and kind missing",
+			policy.Leases,
+			`{"metadata":{"name":"l"}}`,
+			[]string{"object is (missing) (missing), want coordination.k8s.io/v1 Lease"},
+		},
+		{
+			"name missing",
+			policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"namespace":"ns"}}`,
+			[]string{"metadata.name is missing"},
+		},
+		{
+			"name empty, YAML",
+			policy.MultiClusterLeases,
+			"apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: \"\"\n",
+			[]string{"metadata.name is missing"},
+		},
+		{"negative leaseDurationSeconds", policy.Leases, leaseHead + `{"leaseDurationSeconds":-15}}`, []string{"spec.leaseDurationSeconds", "negative (-15)"}},
+		{"negative renewDeadlineSeconds", policy.MultiClusterLeases,
+			`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"name":"m"},"spec":{"renewDeadlineSeconds":-2}}`,
+			[]string{"spec.renewDeadlineSeconds", "negative (-2)"}},
+		{"negative retryPeriodSeconds", policy.MultiClusterLeases,
+			"apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: m\nspec:\n  retryPeriodSeconds: -1\n",
+			[]string{"spec.retryPeriodSeconds", "negative (-1)"}},
+		{"negative leaseTransitions", policy.Leases, leaseHead + `{"leaseTransitions":-3}}`, []string{"spec.leaseTransitions", "negative (-3)"}},
+		{"unparsable renewTime", policy.Leases, leaseHead + `{"renewTime":"yesterday"}}`,
+			[]string{`spec.renewTime: "yesterday" is not an RFC 3339 time`}},
+		{"renewTime without zone", policy.Leases, leaseHead + `{"renewTime":"2026-01-02T15:04:05.123456"}}`,
+			[]string{`spec.renewTime: "2026-01-02T15:04:05.123456" is not an RFC 3339 time`}},
+		{"unparsable acquireTime", policy.Leases, leaseHead + `{"acquireTime":"2026-13-01T00:00:00Z"}}`,
+			[]string{`spec.acquireTime: "2026-13-01T00:00:00Z" is not an RFC 3339 time`}},
+		{"unparsable renewTime, YAML", policy.Leases,
+			"apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  renewTime: 5 seconds ago\n",
+			[]string{`spec.renewTime: "5 seconds ago" is not an RFC 3339 time`}},
+		{"unparsable creationTimestamp", policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","creationTimestamp":"yesterday"}}`,
+			[]string{"metadata.creationTimestamp", `"yesterday"`}},
+		{"holderIdentity a number", policy.Leases, leaseHead + `{"holderIdentity":42}}`,
+			[]string{"spec.holderIdentity: want string, got JSON number"}},
+		{"holderIdentity a YAML boolean", policy.Leases,
+			"apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  holderIdentity: true\n",
+			[]string{"spec.holderIdentity: want string, got JSON "}},
+		{"leaseDurationSeconds a string", policy.Leases, leaseHead + `{"leaseDurationSeconds":"15"}}`,
+			[]string{"spec.leaseDurationSeconds: want ", "string"}},
+		{"leaseTransitions a fraction", policy.Leases, leaseHead + `{"leaseTransitions":1.5}}`,
+			[]string{"spec.leaseTransitions"}},
+		{"leaseDurationSeconds beyond int32", policy.Leases, leaseHead + `{"leaseDurationSeconds":3000000000}}`,
+			[]string{"spec.leaseDurationSeconds", "3000000000"}},
+		{"renewTime a number", policy.Leases, leaseHead + `{"renewTime":1767366245}}`,
+			[]string{"spec.renewTime", "number"}},
+		{"annotation a number", policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","annotations":{"leaseguard.io/designated-manager":5}}}`,
+			[]string{"metadata.annotations", "want string, got JSON number"}},
+		{"name a number", policy.Leases,
+			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":7}}`,
+			[]string{"metadata.name", "number"}},
+		{"spec an array", policy.Leases, leaseHead + `[]}`, []string{"spec", "array"}},
+		{"kind a number", policy.Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":1,"metadata":{"name":"l"}}`, []string{"kind", "number"}},
+		{"truncated JSON", policy.Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease"`, []string{"cannot decode object"}},
+		{"bad YAML", policy.Leases, "apiVersion: coordination.k8s.io/v1\nkind: Lease\nspec: [\n", []string{"not JSON or YAML", "yaml: line"}},
+		{"a JSON array", policy.Leases, `[{"kind":"Lease"}]`, []string{"array"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := Decode(tc.res, []byte(tc.data))
+			if err == nil {
+				t.Fatalf("Decode succeeded: %+v", o)
+			}
+			if o != nil {
+				t.Errorf("Decode returned an object with its error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q is not one line", err)
+			}
+		})
+	}
+}
+
+func TestDecodeAnyErrors(t *testing.T) {
+	const want2 = ", want coordination.k8s.io/v1 Lease or multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease"
+	tests := []struct {
+		name, data string
+		want       string
+		exact      bool
+	}{
+		{"empty", "", "empty object", true},
+		{"blank", "\n  \n", "empty object", true},
+		{"ConfigMap", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}`, "object is v1 ConfigMap" + want2, true},
+		{"ConfigMap YAML", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n", "object is v1 ConfigMap" + want2, true},
+		{"Lease of another version", "apiVersion: coordination.k8s.io/v1beta1\nkind: Lease\nmetadata:\n  name: l\n", "object is coordination.k8s.io/v1beta1 Lease" + want2, true},
+		{"kind missing", "apiVersion: coordination.k8s.io/v1\nmetadata:\n  name: l\n", "object is coordination.k8s.io/v1 (missing)" + want2, true},
+		{"apiVersion missing", "kind: Lease\nmetadata:\n  name: l\n", "object is (missing) Lease" + want2, true},
+		{"bad YAML", "kind: Lease\n  apiVersion: [\n", "not JSON or YAML: ", false},
+		// The kind is known, so Decode's errors come through.
+		{"known kind, name missing", `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{}}`, "metadata.name is missing", true},
+		{"known kind, bad field", "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  leaseTransitions: -1\n", "spec.leaseTransitions", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, o, err := DecodeAny([]byte(tc.data))
+			if err == nil {
+				t.Fatalf("DecodeAny succeeded: %s %+v", res, o)
+			}
+			if o != nil {
+				t.Errorf("DecodeAny returned an object with its error")
+			}
+			if tc.exact && err.Error() != tc.want {
+				t.Errorf("error %q, want %q", err, tc.want)
+			}
+			if !tc.exact && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestKind(t *testing.T) {
+	tests := []struct {
+		res           policy.Resource
+		version, kind string
+		ok            bool
+	}{
+		{policy.Leases, "coordination.k8s.io/v1", "Lease", true},
+		{policy.MultiClusterLeases, "multicluster.core.cnrm.cloud.google.com/v1alpha1", "MultiClusterLease", true},
+		{policy.Resource("configmaps"), "", "", false},
+	}
+	for _, tc := range tests {
+		v, k, ok := Kind(tc.res)
+		if v != tc.version || k != tc.kind || ok != tc.ok {
+			t.Errorf("Kind(%q) = %q, %q, %v; want %q, %q, %v", tc.res, v, k, ok, tc.version, tc.kind, tc.ok)
+		}
+	}
+}

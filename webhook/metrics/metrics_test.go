@@ -1,0 +1,80 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+func TestDecisionsAreCountedByRuleVerdictAndInvariant(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", RenewalInterval: 6 * time.Second}, time.Microsecond)
+	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantRenewalRate, RenewalInterval: 2 * time.Second}, time.Microsecond)
+	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Warn, Rule: "bound", Invariant: policy.InvariantBound}, time.Microsecond)
+	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Allow}, time.Microsecond)
+	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", DesignationChanged: true}, time.Microsecond)
+	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantDesignate, DesignationChanged: true}, time.Microsecond)
+	r.BadRequest("validate")
+	r.PolicyReload(false)
+
+	want := `
+# HELP leaseguard_decisions_total Admission decisions on lease writes, by resource, rule, verdict (allow, deny, warn, audit) and broken invariant.
+# TYPE leaseguard_decisions_total counter
+leaseguard_decisions_total{invariant="",resource="leases",rule="none",verdict="allow"} 1
+leaseguard_decisions_total{invariant="",resource="multiclusterleases",rule="kcc-mcl",verdict="allow"} 2
+leaseguard_decisions_total{invariant="I3",resource="multiclusterleases",rule="kcc-mcl",verdict="deny"} 1
+leaseguard_decisions_total{invariant="I6",resource="multiclusterleases",rule="kcc-mcl",verdict="deny"} 1
+leaseguard_decisions_total{invariant="I9",resource="leases",rule="bound",verdict="warn"} 1
+# HELP leaseguard_designation_changes_total Admitted writes that changed the designated manager of a lease.
+# TYPE leaseguard_designation_changes_total counter
+leaseguard_designation_changes_total{rule="kcc-mcl"} 1
+# HELP leaseguard_bad_requests_total Admission requests leaseguard could not read, answered with an error (never allowed).
+# TYPE leaseguard_bad_requests_total counter
+leaseguard_bad_requests_total{webhook="validate"} 1
+# HELP leaseguard_policy_file_valid 1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.
+# TYPE leaseguard_policy_file_valid gauge
+leaseguard_policy_file_valid 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "leaseguard_decisions_total",
+		"leaseguard_designation_changes_total", "leaseguard_bad_requests_total", "leaseguard_policy_file_valid"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(r.renewalIntervals); n != 1 {
+		t.Fatalf("renewal interval series = %d, want 1 (one rule)", n)
+	}
+	h, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range h {
+		if fam.GetName() == "leaseguard_renewal_interval_seconds" {
+			if c := fam.GetMetric()[0].GetHistogram().GetSampleCount(); c != 2 {
+				t.Fatalf("renewal intervals observed = %d, want 2", c)
+			}
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "name" || l.GetName() == "namespace" {
+					t.Fatalf("%s has a per-object label %q", fam.GetName(), l.GetName())
+				}
+			}
+		}
+	}
+}
+
+func TestNilRecorderIsANoOp(t *testing.T) {
+	var r *Recorder
+	r.Decision(policy.Leases, &policy.Decision{}, 0)
+	r.BadRequest("validate")
+	r.PolicyReload(true)
+	r.PolicyLoaded()
+}
