@@ -15,9 +15,15 @@ FUZZTIME ?= 20s
 .PHONY: all
 all: build
 
+##@ Development
+
 .PHONY: build
-build: ## Build bin/leaseguard.
+build: ## Build bin/leaseguard (the production binary, as in the image).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/leaseguard ./cmd/leaseguard
+
+.PHONY: build-dev
+build-dev: ## Build bin/leaseguard-dev: leaseguard with the `dev` command (local control plane).
+	CGO_ENABLED=0 go build -tags dev -trimpath -ldflags "$(LDFLAGS)" -o bin/leaseguard-dev ./cmd/leaseguard
 
 .PHONY: controlplane
 controlplane: ## Build (once) kube-apiserver, etcd and kubectl into the cache.
@@ -28,8 +34,8 @@ controlplane: ## Build (once) kube-apiserver, etcd and kubectl into the cache.
 	fi
 
 .PHONY: run
-run: controlplane build ## Run leaseguard on a local control plane (leaseguard dev).
-	bin/leaseguard dev --assets "$(KUBEBUILDER_ASSETS)"
+run: controlplane build-dev ## Run leaseguard on a local control plane (leaseguard dev).
+	bin/leaseguard-dev dev --assets "$(KUBEBUILDER_ASSETS)"
 
 .PHONY: fmt-check
 fmt-check: ## Fail when gofmt would change a file.
@@ -37,8 +43,9 @@ fmt-check: ## Fail when gofmt would change a file.
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet, also of the dev-tagged command.
 	go vet ./...
+	go vet -tags dev ./cmd/...
 
 .PHONY: test
 test: controlplane fmt-check vet ## The whole suite: unit, integration against a real API server, fuzzing.
@@ -61,6 +68,58 @@ bench: ## Benchmarks of the decision core and of the handler beside a no-op hand
 	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/admission ./webhook/policy | tee bin/bench.txt
 	$(BENCHSTAT) -col /handler -filter '.name:Handler' bin/bench.txt
 	$(BENCHSTAT) -filter '.name:/Decide/' bin/bench.txt
+
+##@ Deployment
+
+IMG ?= leaseguard:latest
+# kubectl for deploy/undeploy: the one on PATH, else the pinned build.
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(CONTROLPLANE_DIR)/kubectl)
+KIND ?= go run sigs.k8s.io/kind@v0.33.0
+KIND_CLUSTER ?= leaseguard-e2e
+CERT_MANAGER_VERSION ?= v1.21.2
+CERT_MANAGER_MANIFEST ?= https://github.com/cert-manager/cert-manager/releases/download/$(CERT_MANAGER_VERSION)/cert-manager.yaml
+# The kustomization `make deploy` installs; config/e2e for the kind e2e run.
+OVERLAY ?= config/default
+
+.PHONY: manifests
+manifests: ## Render $(OVERLAY) with image $(IMG) into dist/install.yaml.
+	@mkdir -p dist
+	$(KUBECTL) kustomize $(OVERLAY) | sed 's|image: leaseguard:latest|image: $(IMG)|' > dist/install.yaml
+	@echo "wrote dist/install.yaml"
+
+.PHONY: docker-build
+docker-build: ## Build the image $(IMG) (needs a Docker engine).
+	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+.PHONY: deploy
+deploy: manifests ## Install leaseguard into the cluster of the current kubeconfig (needs cert-manager).
+	$(KUBECTL) apply --server-side -f dist/install.yaml
+	$(KUBECTL) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
+
+.PHONY: undeploy
+undeploy: manifests ## Remove leaseguard (webhook configurations first, so lease writes never wait on it).
+	-$(KUBECTL) delete validatingwebhookconfiguration leaseguard-validating-webhook-configuration --ignore-not-found
+	-$(KUBECTL) delete mutatingwebhookconfiguration leaseguard-mutating-webhook-configuration --ignore-not-found
+	$(KUBECTL) delete --ignore-not-found -f dist/install.yaml
+
+##@ End-to-end
+
+.PHONY: test-e2e
+test-e2e: controlplane ## The e2e suite on the local control plane (or on $$KUBECONFIG's cluster when set).
+	go test -count=1 -v ./test/e2e/ -ginkgo.v
+
+.PHONY: test-e2e-kind
+test-e2e-kind: ## kind cluster + image + cert-manager + leaseguard (config/e2e), then the same e2e suite (needs Docker).
+	$(KIND) create cluster --name $(KIND_CLUSTER) --wait 2m || true
+	$(MAKE) docker-build IMG=leaseguard:e2e
+	$(KIND) load docker-image leaseguard:e2e --name $(KIND_CLUSTER)
+	$(KUBECTL) --context kind-$(KIND_CLUSTER) apply -f $(CERT_MANAGER_MANIFEST)
+	$(KUBECTL) --context kind-$(KIND_CLUSTER) -n cert-manager wait --for=condition=Available deployment --all --timeout=5m
+	$(MAKE) manifests OVERLAY=config/e2e IMG=leaseguard:e2e
+	$(KUBECTL) --context kind-$(KIND_CLUSTER) apply --server-side -f dist/install.yaml
+	$(KUBECTL) --context kind-$(KIND_CLUSTER) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
+	$(KIND) get kubeconfig --name $(KIND_CLUSTER) > bin/kind-$(KIND_CLUSTER).kubeconfig
+	KUBECONFIG=$(CURDIR)/bin/kind-$(KIND_CLUSTER).kubeconfig KUBECTL=$(KUBECTL) go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: help
 help:

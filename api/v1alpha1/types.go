@@ -42,7 +42,11 @@ type Rule struct {
 	StatusWriters    []string       `yaml:"statusWriters,omitempty" json:"statusWriters,omitempty"`
 	HolderBinding    string         `yaml:"holderBinding,omitempty" json:"holderBinding,omitempty"`
 	MinRenewInterval *RenewInterval `yaml:"minRenewInterval,omitempty" json:"minRenewInterval,omitempty"`
-	Enforcement      string         `yaml:"enforcement,omitempty" json:"enforcement,omitempty"`
+	// AssumedClient are the leader-election timings of the clients the rule
+	// throttles; a fixed minRenewInterval is checked against them. Default:
+	// client-go's 15s / 10s / 2s.
+	AssumedClient *ClientTimings `yaml:"assumedClient,omitempty" json:"assumedClient,omitempty"`
+	Enforcement   string         `yaml:"enforcement,omitempty" json:"enforcement,omitempty"`
 }
 
 // Bind is a bound-lease template: a manager username pattern with {captures}
@@ -50,6 +54,13 @@ type Rule struct {
 type Bind struct {
 	Manager string `yaml:"manager" json:"manager"`
 	Lease   string `yaml:"lease" json:"lease"`
+}
+
+// ClientTimings are a leader-election client's settings.
+type ClientTimings struct {
+	LeaseDuration *Duration `yaml:"leaseDuration,omitempty" json:"leaseDuration,omitempty"`
+	RenewDeadline *Duration `yaml:"renewDeadline,omitempty" json:"renewDeadline,omitempty"`
+	RetryPeriod   *Duration `yaml:"retryPeriod,omitempty" json:"retryPeriod,omitempty"`
 }
 
 // Duration is a Go duration string such as "5s" or "1m30s".

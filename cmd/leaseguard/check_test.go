@@ -212,14 +212,14 @@ func TestCheckVerdicts(t *testing.T) {
 			name: "I6: renewal too soon",
 			args: []string{"--user", mgrA, "--old", paths["mcl-too-soon"], "--new", paths["mcl-renewed"], "--operation", "update"},
 			out: "DENY (I6, HTTP 429, retry after 2s): leaseguard: rule kcc-mcl: " + mgrA +
-				" renews too often multiclusterlease cnrm-system/kcc-leader (renewed 3s after the last renewal, minimum 5s)\n",
+				" renews too often multiclusterlease cnrm-system/kcc-leader (renewed 3s after the stored renewal, minimum 5s)\n",
 			code: 1,
 		},
 		{
 			name: "I6: fractional retry-after",
 			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew-2.5"], "--now", "2026-01-02T15:04:05.5Z"},
 			out: "DENY (I6, HTTP 429, retry after 2.5s): leaseguard: rule app-leases: alice" +
-				" renews too often lease apps/app (renewed 2.5s after the last renewal, minimum 5s)\n",
+				" renews too often lease apps/app (renewed 2.5s after the stored renewal, minimum 5s)\n",
 			code: 1,
 		},
 		{
@@ -310,9 +310,18 @@ func TestCheckVerdicts(t *testing.T) {
 			out:  "ALLOW: rule app-leases\n",
 		},
 		{
+			// client-go re-sends the very body refused with 429 after
+			// Retry-After: by then 5s have passed since the stored renewTime.
+			name: "I6: the same renewal retried after Retry-After",
+			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--now", "2026-01-02T15:04:08Z"},
+			out:  "ALLOW: rule app-leases\n",
+		},
+		{
+			// I6 measures the time since the stored renewTime (2s before
+			// --now) by the server clock.
 			name: "PATCH is an UPDATE",
-			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--operation", "PATCH", "--now", "2026-01-02T15:04:08Z"},
-			out:  "DENY (I6, HTTP 429, retry after 3s): leaseguard: rule app-leases: alice renews too often lease apps/app (renewed 2s after the last renewal, minimum 5s)\n",
+			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--operation", "PATCH"},
+			out:  "DENY (I6, HTTP 429, retry after 3s): leaseguard: rule app-leases: alice renews too often lease apps/app (renewed 2s after the stored renewal, minimum 5s)\n",
 			code: 1,
 		},
 	}

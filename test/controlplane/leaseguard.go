@@ -20,14 +20,15 @@ import (
 )
 
 // BuildLeaseguard builds the leaseguard binary into dir and returns its path,
-// so tests run the real binary, not an in-process copy.
+// so tests run the real binary, not an in-process copy. It is built with the
+// dev command (-tags dev), which `make run` uses too.
 func BuildLeaseguard(dir string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "leaseguard")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/leaseguard")
+	cmd := exec.Command("go", "build", "-tags", "dev", "-o", out, "./cmd/leaseguard")
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/leaseguard: %v\n%s", err, msg)

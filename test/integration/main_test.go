@@ -5,6 +5,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,3 +104,5 @@ func createNamespace(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 }
+
+func runtimeJSON(obj any) ([]byte, error) { return json.Marshal(obj) }

@@ -49,6 +49,32 @@ rules:
   namespaces: [it-fixed]
   managers: ["system:serviceaccount:it-fixed:manager-*"]
   designation: system:serviceaccount:it-fixed:manager-a
+- name: elector-leases-limited
+  resources: [leases]
+  namespaces: [it-rate]
+  bind:
+    manager: "system:serviceaccount:it-rate:manager-{ns}"
+    lease: "leader-{ns}"
+  holderBinding: pod
+  minRenewInterval: 6s
+- name: elector-leases-free
+  resources: [leases]
+  namespaces: [it-free]
+  bind:
+    manager: "system:serviceaccount:it-free:manager-{ns}"
+    lease: "leader-{ns}"
+  holderBinding: pod
+- name: kcc-mcl-limited
+  resources: [multiclusterleases]
+  namespaces: [it-mcl-rate]
+  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
+  designation: auto
+  minRenewInterval: 5s
+- name: kcc-mcl-free
+  resources: [multiclusterleases]
+  namespaces: [it-mcl-free]
+  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
+  designation: auto
 - name: catch-all
   resources: [leases]
   managers: ["system:serviceaccount:nowhere:nobody"]

@@ -34,11 +34,13 @@ func TestValidatorVerdicts(t *testing.T) {
 				" (designated: ...cnrm-controller-manager-a, stale in 15s)",
 		},
 		{
+			// Judged by the server clock (12:00:00) against the stored
+			// renewTime, not by the body's renewTime.
 			name:       "renewing too often is a 429 with the remaining time",
 			review:     review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
 			code:       http.StatusTooManyRequests,
-			message:    "leaseguard: rule kcc-mcl: " + managerA + " renews too often multiclusterlease cnrm-system/kcc-leader (renewed 1.5s after the last renewal, minimum 5s)",
-			retryAfter: 4,
+			message:    "leaseguard: rule kcc-mcl: " + managerA + " renews too often multiclusterlease cnrm-system/kcc-leader (renewed 2s after the stored renewal, minimum 5s)",
+			retryAfter: 3,
 		},
 		{
 			name:    "warn mode admits with a warning kubectl prints",

@@ -37,6 +37,9 @@ func Compile(spec *v1alpha1.LeasePolicy, opts CompileOptions) (*Policy, field.Er
 		p.ClockSkew = spec.ClockSkew.Duration
 		if p.ClockSkew < 0 || p.ClockSkew > time.Minute {
 			errs = append(errs, field.Invalid(field.NewPath("clockSkew"), p.ClockSkew.String(), "must be between 0s and 1m"))
+			// Judge the rules with the default rather than report
+			// consequences of the bad value as problems of their own.
+			p.ClockSkew = DefaultClockSkew
 		}
 	}
 	if len(spec.Rules) == 0 {
@@ -46,7 +49,7 @@ func Compile(spec *v1alpha1.LeasePolicy, opts CompileOptions) (*Policy, field.Er
 	seen := map[string]int{}
 	for i := range spec.Rules {
 		path := field.NewPath("rules").Index(i)
-		rule, ruleErrs := compileRule(&spec.Rules[i], path, never)
+		rule, ruleErrs := compileRule(&spec.Rules[i], path, never, p.ClockSkew)
 		errs = append(errs, ruleErrs...)
 		if rule == nil {
 			continue
@@ -76,7 +79,7 @@ func Compile(spec *v1alpha1.LeasePolicy, opts CompileOptions) (*Policy, field.Er
 	return p, nil
 }
 
-func compileRule(in *v1alpha1.Rule, path *field.Path, never []string) (*Rule, field.ErrorList) {
+func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.Duration) (*Rule, field.ErrorList) {
 	var errs field.ErrorList
 	r := &Rule{Name: in.Name}
 
@@ -146,17 +149,28 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string) (*Rule, fi
 		errs = append(errs, field.NotSupported(path.Child("holderBinding"), in.HolderBinding, []string{"none", "pod", "username"}))
 	}
 
+	timings, timingErrs := compileTimings(in.AssumedClient, path.Child("assumedClient"))
+	errs = append(errs, timingErrs...)
+	r.maxRenewInterval = timings.MaxRenewInterval(skew)
+	limits := in.MinRenewInterval != nil && (in.MinRenewInterval.Auto || in.MinRenewInterval.Duration > 0)
+	if limits && len(timingErrs) == 0 && r.maxRenewInterval <= 0 {
+		timingErrs = append(timingErrs, field.Invalid(path.Child("assumedClient"), fmt.Sprintf("%s/%s/%s", timings.LeaseDuration, timings.RenewDeadline, timings.RetryPeriod),
+			fmt.Sprintf("leaves no room for rate limiting with clockSkew %s: the longest interval these clients survive, min(renewDeadline + retryPeriod, leaseDuration) - 2s - clockSkew, is %s; drop minRenewInterval or lower clockSkew", skew, r.maxRenewInterval)))
+		errs = append(errs, timingErrs...)
+	}
 	if in.MinRenewInterval != nil {
 		if in.MinRenewInterval.Auto {
 			r.autoRenew = true
 		} else {
 			iv := in.MinRenewInterval.Duration
-			switch {
+			ivPath := path.Child("minRenewInterval")
+			switch max := r.maxRenewInterval; {
 			case iv < 0:
-				errs = append(errs, field.Invalid(path.Child("minRenewInterval"), iv.String(), "must not be negative"))
-			case iv >= DefaultLeaseDuration:
-				errs = append(errs, field.Invalid(path.Child("minRenewInterval"), iv.String(),
-					fmt.Sprintf("must be below the lease duration (%s, the client-go default): a client renewing no more often would lose its lease; use a shorter interval or \"auto\"", DefaultLeaseDuration)))
+				errs = append(errs, field.Invalid(ivPath, iv.String(), "must not be negative"))
+			case len(timingErrs) == 0 && iv > 0 && iv > max:
+				errs = append(errs, field.Invalid(ivPath, iv.String(), fmt.Sprintf(
+					"clients with leaseDuration %s, renewDeadline %s, retryPeriod %s would lose their lease: a renewal held back that long misses the renew deadline (with clockSkew %s); use at most %s or \"auto\", or, if the clients renew with longer timings, declare them in assumedClient",
+					timings.LeaseDuration, timings.RenewDeadline, timings.RetryPeriod, skew, max)))
 			}
 			r.minRenewInterval = iv
 		}
@@ -259,4 +273,32 @@ func covers(pa, pb glob) bool {
 	}
 	prefix, ok := strings.CutSuffix(string(pa), "*")
 	return ok && !strings.Contains(prefix, "*") && strings.HasPrefix(string(pb), prefix)
+}
+
+// compileTimings reads assumedClient, defaulting each field to client-go's
+// value, and checks the settings are ones a client-go elector accepts.
+func compileTimings(in *v1alpha1.ClientTimings, path *field.Path) (ClientTimings, field.ErrorList) {
+	t := DefaultClientTimings
+	if in == nil {
+		return t, nil
+	}
+	var errs field.ErrorList
+	set := func(d *v1alpha1.Duration, name string, into *time.Duration) {
+		if d == nil {
+			return
+		}
+		if d.Duration <= 0 {
+			errs = append(errs, field.Invalid(path.Child(name), d.Duration.String(), "must be positive"))
+			return
+		}
+		*into = d.Duration
+	}
+	set(in.LeaseDuration, "leaseDuration", &t.LeaseDuration)
+	set(in.RenewDeadline, "renewDeadline", &t.RenewDeadline)
+	set(in.RetryPeriod, "retryPeriod", &t.RetryPeriod)
+	if len(errs) == 0 && !(t.RetryPeriod < t.RenewDeadline && t.RenewDeadline < t.LeaseDuration) {
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("%s/%s/%s", t.LeaseDuration, t.RenewDeadline, t.RetryPeriod),
+			"want retryPeriod < renewDeadline < leaseDuration, as client-go's leader election requires"))
+	}
+	return t, errs
 }

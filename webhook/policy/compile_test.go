@@ -14,6 +14,11 @@ const header = "apiVersion: leaseguard.io/v1alpha1\nkind: LeasePolicy\n"
 // withRules prepends a valid header to a rules section.
 func withRules(rules string) string { return header + "rules:\n" + rules }
 
+// withClockSkew sets clockSkew in a policy built by withRules or oneRule.
+func withClockSkew(skew, src string) string {
+	return header + "clockSkew: " + skew + "\n" + strings.TrimPrefix(src, header)
+}
+
 // oneRule is a valid rule with extra lines appended (each indented by two
 // spaces, as rule fields).
 func oneRule(extra ...string) string {
@@ -128,10 +133,90 @@ func TestCompileErrors(t *testing.T) {
 			[]wantErr{{"rules[0].bind", field.ErrorTypeInvalid, `capture "{}" must be a plain name`, ""}}},
 		{"negative minRenewInterval", oneRule(mgr, "minRenewInterval: -5s"),
 			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "must not be negative", "-5s"}}},
+		// A fixed interval is at most MaxRenewInterval of the assumed client
+		// timings and the clockSkew: min(renewDeadline + retryPeriod - 2s -
+		// clockSkew, leaseDuration - 2s - clockSkew), 8s for client-go's
+		// 15s/10s/2s with the default 2s clockSkew (10s with clockSkew 0s).
 		{"minRenewInterval of 15s", oneRule(mgr, "minRenewInterval: 15s"),
-			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "must be below the lease duration (15s", "15s"}}},
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "clients with leaseDuration 15s, renewDeadline 10s, retryPeriod 2s would lose their lease", "15s"}}},
+		{"minRenewInterval of 8.5s", oneRule(mgr, "minRenewInterval: 8.5s"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "use at most 8s", "8.5s"}}},
+		{"minRenewInterval of 8s and 1ns", oneRule(mgr, "minRenewInterval: 8.000000001s"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "use at most 8s", "8.000000001s"}}},
+		// 10s, the most client-go's defaults survive with clockSkew 0s, is too
+		// long once a client clock may run 2s ahead.
+		{"minRenewInterval of 10s with the default clockSkew", oneRule(mgr, "minRenewInterval: 10s"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "misses the renew deadline (with clockSkew 2s); use at most 8s", "10s"}}},
 		{"minRenewInterval of 1m", oneRule(mgr, "minRenewInterval: 1m"),
-			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, `use a shorter interval or "auto"`, "1m0s"}}},
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, `use at most 8s or "auto", or, if the clients renew with longer timings, declare them in assumedClient`, "1m0s"}}},
+		{"minRenewInterval of 10.5s with clockSkew 0s", withClockSkew("0s", oneRule(mgr, "minRenewInterval: 10.5s")),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "misses the renew deadline (with clockSkew 0s); use at most 10s", "10.5s"}}},
+		{"minRenewInterval of 7.5s with clockSkew 3s", withClockSkew("3s", oneRule(mgr, "minRenewInterval: 7.5s")),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "misses the renew deadline (with clockSkew 3s); use at most 7s", "7.5s"}}},
+		{"minRenewInterval above custom timings", oneRule(mgr, "minRenewInterval: 42s", "assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "clients with leaseDuration 1m0s, renewDeadline 40s, retryPeriod 5s would lose their lease", "42s"}}},
+		{"minRenewInterval above custom timings: maximum", oneRule(mgr, "minRenewInterval: 42s", "assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "use at most 41s", "42s"}}},
+		// leaseDuration - 2s - clockSkew is the tighter bound here (9s < 12s +
+		// 5s - 2s - 2s).
+		{"minRenewInterval above the lease-duration bound", oneRule(mgr, "minRenewInterval: 9.5s", "assumedClient: {leaseDuration: 13s, renewDeadline: 12s, retryPeriod: 5s}"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "use at most 9s", "9.5s"}}},
+		{"minRenewInterval above partly declared timings", oneRule(mgr, "minRenewInterval: 10.5s", "assumedClient: {renewDeadline: 12s}"),
+			[]wantErr{{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "clients with leaseDuration 15s, renewDeadline 12s, retryPeriod 2s would lose their lease: a renewal held back that long misses the renew deadline (with clockSkew 2s); use at most 10s", "10.5s"}}},
+		// Timings that leave no positive maximum once the skew is taken off
+		// are reported on assumedClient, whatever the interval; a fixed
+		// interval is then not judged against them.
+		{"assumedClient leaves no room with the default clockSkew", oneRule(mgr, "minRenewInterval: 1s", "assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "leaves no room for rate limiting with clockSkew 2s", "5s/2s/1s"}}},
+		{"assumedClient leaves no room, auto", oneRule(mgr, "minRenewInterval: auto", "assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "leaves no room for rate limiting with clockSkew 2s", "5s/2s/1s"}}},
+		{"assumedClient leaves no room, long interval not judged", oneRule(mgr, "minRenewInterval: 1m", "assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "leaves no room for rate limiting", "5s/2s/1s"}}},
+		// A maximum of exactly 0 (2s + 1s - 2s - 1s) leaves no room either.
+		{"assumedClient leaves a zero maximum", withClockSkew("1s", oneRule(mgr, "minRenewInterval: auto", "assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}")),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "leaves no room for rate limiting with clockSkew 1s", "5s/2s/1s"}}},
+		// An invalid clockSkew is reported once; the rules are judged with
+		// the default 2s, so its consequences are not reported as well.
+		{"invalid clockSkew: rules judged with 2s", withClockSkew("5m", oneRule(mgr, "minRenewInterval: 8s")),
+			[]wantErr{{"clockSkew", field.ErrorTypeInvalid, "between 0s and 1m", "5m0s"}}},
+		{"invalid clockSkew: auto and assumedClient judged with 2s", withClockSkew("2m", oneRule(mgr, "minRenewInterval: auto", "assumedClient: {leaseDuration: 30s, renewDeadline: 20s, retryPeriod: 4s}")),
+			[]wantErr{{"clockSkew", field.ErrorTypeInvalid, "between 0s and 1m", "2m0s"}}},
+		{"negative clockSkew and an interval too long with 2s", withClockSkew("-1s", oneRule(mgr, "minRenewInterval: 10s")),
+			[]wantErr{
+				{"clockSkew", field.ErrorTypeInvalid, "between 0s and 1m", "-1s"},
+				{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "(with clockSkew 2s); use at most 8s", "10s"},
+			}},
+		{"assumedClient leaseDuration 0s", oneRule(mgr, "assumedClient: {leaseDuration: 0s}"),
+			[]wantErr{{"rules[0].assumedClient.leaseDuration", field.ErrorTypeInvalid, "must be positive", "0s"}}},
+		{"assumedClient negative renewDeadline", oneRule(mgr, "assumedClient: {renewDeadline: -10s}"),
+			[]wantErr{{"rules[0].assumedClient.renewDeadline", field.ErrorTypeInvalid, "must be positive", "-10s"}}},
+		// Each non-positive field is reported; the ordering is not judged
+		// on top of them.
+		{"assumedClient every field non-positive", oneRule(mgr, "assumedClient: {leaseDuration: -1s, renewDeadline: 0s, retryPeriod: -2s}"),
+			[]wantErr{
+				{"rules[0].assumedClient.leaseDuration", field.ErrorTypeInvalid, "must be positive", "-1s"},
+				{"rules[0].assumedClient.renewDeadline", field.ErrorTypeInvalid, "must be positive", "0s"},
+				{"rules[0].assumedClient.retryPeriod", field.ErrorTypeInvalid, "must be positive", "-2s"},
+			}},
+		// With invalid timings there is no maximum to check a fixed
+		// interval against: only the timings are reported.
+		{"assumedClient non-positive with a long interval", oneRule(mgr, "minRenewInterval: 1m", "assumedClient: {retryPeriod: 0s}"),
+			[]wantErr{{"rules[0].assumedClient.retryPeriod", field.ErrorTypeInvalid, "must be positive", "0s"}}},
+		{"assumedClient renewDeadline equal to the default leaseDuration", oneRule(mgr, "assumedClient: {renewDeadline: 15s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "want retryPeriod < renewDeadline < leaseDuration", "15s/15s/2s"}}},
+		{"assumedClient retryPeriod equal to the default renewDeadline", oneRule(mgr, "assumedClient: {retryPeriod: 10s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "want retryPeriod < renewDeadline < leaseDuration", "15s/10s/10s"}}},
+		{"assumedClient leaseDuration below the default renewDeadline", oneRule(mgr, "assumedClient: {leaseDuration: 8s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "as client-go's leader election requires", "8s/10s/2s"}}},
+		{"assumedClient reversed", oneRule(mgr, "assumedClient: {leaseDuration: 10s, renewDeadline: 20s, retryPeriod: 30s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "want retryPeriod < renewDeadline < leaseDuration", "10s/20s/30s"}}},
+		{"assumedClient bad ordering with a long interval", oneRule(mgr, "minRenewInterval: 1m", "assumedClient: {leaseDuration: 10s, renewDeadline: 20s}"),
+			[]wantErr{{"rules[0].assumedClient", field.ErrorTypeInvalid, "want retryPeriod < renewDeadline < leaseDuration", "10s/20s/2s"}}},
+		{"assumedClient bad ordering with a negative interval", oneRule(mgr, "minRenewInterval: -1s", "assumedClient: {leaseDuration: 10s, renewDeadline: 20s}"),
+			[]wantErr{
+				{"rules[0].assumedClient", field.ErrorTypeInvalid, "want retryPeriod < renewDeadline < leaseDuration", "10s/20s/2s"},
+				{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "must not be negative", "-1s"},
+			}},
 		{"unknown resource", withRules("- {name: r, resources: [leases, pods], managers: [u]}\n"),
 			[]wantErr{{"rules[0].resources[1]", field.ErrorTypeNotSupported, `supported values: "leases", "multiclusterleases"`, "pods"}}},
 		{"no resources", withRules("- {name: r, managers: [u]}\n"),
@@ -212,6 +297,7 @@ rules:
   namespaces: [a]
   managers: ["foo?"]
   minRenewInterval: -5s
+  assumedClient: {retryPeriod: 0s}
 - name: dup
   resources: [leases]
   namespaces: [b]
@@ -233,6 +319,7 @@ rules:
 		{"clockSkew", field.ErrorTypeInvalid, "between 0s and 1m", "5m0s"},
 		{"rules[0].resources[1]", field.ErrorTypeNotSupported, "multiclusterleases", "pods"},
 		{"rules[0].managers[0]", field.ErrorTypeInvalid, "'?'", "foo?"},
+		{"rules[0].assumedClient.retryPeriod", field.ErrorTypeInvalid, "must be positive", "0s"},
 		{"rules[0].minRenewInterval", field.ErrorTypeInvalid, "must not be negative", "-5s"},
 		{"rules[1].holderBinding", field.ErrorTypeNotSupported, `"pod"`, "node"},
 		{"rules[1].enforcement", field.ErrorTypeNotSupported, `"warn"`, "block"},
@@ -272,11 +359,37 @@ func TestCompileValid(t *testing.T) {
 		{"fixed designation without managers", oneRule(`designation: "system:serviceaccount:ns:writer"`), []string{"r"}},
 		{"bind without managers", oneRule(`bind: {manager: "system:serviceaccount:{ns}:{sa}", lease: "{sa}.{ns}"}`), []string{"r"}},
 		{"bind with four captures", oneRule(`bind: {manager: "u:{a}-{b}-{c}-{d}", lease: "{d}-{c}-{b}-{a}"}`), []string{"r"}},
-		{"minRenewInterval 14s, auto, 0s", withRules(
-			"- {name: a, resources: [leases], namespaces: [a], managers: [u], minRenewInterval: 14s}\n" +
+		{"minRenewInterval 8s (the default maximum), auto, 0s", withRules(
+			"- {name: a, resources: [leases], namespaces: [a], managers: [u], minRenewInterval: 8s}\n" +
 				"- {name: b, resources: [leases], namespaces: [b], managers: [u], minRenewInterval: auto}\n" +
 				"- {name: c, resources: [leases], namespaces: [c], managers: [u], minRenewInterval: 0s}\n"), []string{"a", "b", "c"}},
-		{"clockSkew bounds", header + "clockSkew: 1m\nrules:\n- {name: r, resources: [leases], managers: [u]}\n", []string{"r"}},
+		// Without a clock-skew allowance client-go's defaults survive 10s.
+		{"minRenewInterval 10s with clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: 10s")), []string{"r"}},
+		{"minRenewInterval 7s with clockSkew 3s", withClockSkew("3s", oneRule(`managers: [u]`, "minRenewInterval: 7s")), []string{"r"}},
+		{"minRenewInterval within custom timings", withRules(
+			"- {name: a, resources: [leases], namespaces: [a], managers: [u], minRenewInterval: 30s, assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}}\n" +
+				"- {name: b, resources: [leases], namespaces: [b], managers: [u], minRenewInterval: 41s, assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}}\n" +
+				"- {name: c, resources: [leases], namespaces: [c], managers: [u], minRenewInterval: 9s, assumedClient: {leaseDuration: 13s, renewDeadline: 12s, retryPeriod: 5s}}\n" +
+				"- {name: d, resources: [leases], namespaces: [d], managers: [u], minRenewInterval: 10s, assumedClient: {renewDeadline: 12s}}\n" +
+				"- {name: e, resources: [leases], namespaces: [e], managers: [u], minRenewInterval: 8s, assumedClient: {leaseDuration: 30s}}\n"),
+			[]string{"a", "b", "c", "d", "e"}},
+		{"minRenewInterval within custom timings, clockSkew 0s", withClockSkew("0s", withRules(
+			"- {name: a, resources: [leases], namespaces: [a], managers: [u], minRenewInterval: 43s, assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}}\n"+
+				"- {name: b, resources: [leases], namespaces: [b], managers: [u], minRenewInterval: 11s, assumedClient: {leaseDuration: 13s, renewDeadline: 12s, retryPeriod: 5s}}\n"+
+				"- {name: c, resources: [leases], namespaces: [c], managers: [u], minRenewInterval: 12s, assumedClient: {renewDeadline: 12s}}\n"+
+				"- {name: d, resources: [leases], namespaces: [d], managers: [u], minRenewInterval: 10s, assumedClient: {leaseDuration: 30s}}\n")),
+			[]string{"a", "b", "c", "d"}},
+		// The smallest positive maximum: 2s + 1s - 2s - 0s = 1s.
+		{"assumedClient leaving 1s with clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: 1s", "assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}")), []string{"r"}},
+		{"assumedClient without a fixed interval", withRules(
+			"- {name: a, resources: [leases], namespaces: [a], managers: [u], assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}}\n" +
+				"- {name: b, resources: [leases], namespaces: [b], managers: [u], minRenewInterval: auto, assumedClient: {retryPeriod: 1s}}\n" +
+				"- {name: c, resources: [leases], namespaces: [c], managers: [u], assumedClient: {}}\n"), []string{"a", "b", "c"}},
+		{"clockSkew lower bound", withClockSkew("0s", oneRule(`managers: [u]`)), []string{"r"}},
+		// A 1m skew leaves client-go's default timings no room (see
+		// "assumedClient leaves no room" above): the rule declares clients
+		// slow enough for it.
+		{"clockSkew upper bound", withClockSkew("1m", oneRule(`managers: [u]`, "minRenewInterval: 1m", "assumedClient: {leaseDuration: 5m, renewDeadline: 3m, retryPeriod: 30s}")), []string{"r"}},
 		{"every enforcement and holder binding", withRules(
 			"- {name: a, resources: [leases], namespaces: [a], managers: [u], enforcement: deny, holderBinding: none}\n" +
 				"- {name: b, resources: [leases], namespaces: [b], managers: [u], enforcement: warn, holderBinding: pod}\n" +
@@ -357,16 +470,173 @@ func TestCompileDefaults(t *testing.T) {
 	}
 }
 
-func TestAutoRenewInterval(t *testing.T) {
-	for _, c := range []struct{ dur, want time.Duration }{
-		{0, 5 * time.Second},
-		{-time.Second, 5 * time.Second},
-		{15 * time.Second, 5 * time.Second},
-		{30 * time.Second, 10 * time.Second},
-		{10 * time.Second, 10 * time.Second / 3},
+// TestCompileFixedInterval checks the compiled interval of a fixed
+// minRenewInterval at the bounds.
+func TestCompileFixedInterval(t *testing.T) {
+	for _, c := range []struct {
+		extra []string
+		want  time.Duration
+	}{
+		{[]string{"minRenewInterval: 8s"}, 8 * time.Second},
+		{[]string{"minRenewInterval: 0s"}, 0},
+		{[]string{"minRenewInterval: 41s", "assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}"}, 41 * time.Second},
+		{[]string{"minRenewInterval: 30s", "assumedClient: {leaseDuration: 1m, renewDeadline: 40s, retryPeriod: 5s}"}, 30 * time.Second},
 	} {
-		if got := AutoRenewInterval(&Spec{LeaseDuration: c.dur}); got != c.want {
-			t.Errorf("AutoRenewInterval(%v) = %v, want %v", c.dur, got, c.want)
+		p := mustCompile(t, oneRule(append([]string{`managers: [u]`}, c.extra...)...))
+		if r := p.Rules[0]; r.minRenewInterval != c.want || r.autoRenew {
+			t.Errorf("%v: minRenewInterval %v (auto %v), want %v", c.extra, r.minRenewInterval, r.autoRenew, c.want)
+		}
+	}
+}
+
+// TestCompileIntervalAboveMaximumDetail checks the whole explanation of a
+// fixed interval too long for the assumed clients, with the default clockSkew
+// (10s, the most client-go's defaults survive without skew, is now too long)
+// and without one.
+func TestCompileIntervalAboveMaximumDetail(t *testing.T) {
+	for _, c := range []struct {
+		src, value, want string
+	}{
+		{oneRule(`managers: [u]`, "minRenewInterval: 10s"), "10s",
+			`clients with leaseDuration 15s, renewDeadline 10s, retryPeriod 2s would lose their lease: ` +
+				`a renewal held back that long misses the renew deadline (with clockSkew 2s); use at most 8s or "auto", ` +
+				`or, if the clients renew with longer timings, declare them in assumedClient`},
+		{withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: 10.5s")), "10.5s",
+			`clients with leaseDuration 15s, renewDeadline 10s, retryPeriod 2s would lose their lease: ` +
+				`a renewal held back that long misses the renew deadline (with clockSkew 0s); use at most 10s or "auto", ` +
+				`or, if the clients renew with longer timings, declare them in assumedClient`},
+	} {
+		_, errs := compileYAML(t, c.src)
+		if len(errs) != 1 {
+			t.Fatalf("%s: got %d errors, want 1: %v", c.value, len(errs), errs.ToAggregate())
+		}
+		if errs[0].Detail != c.want {
+			t.Errorf("%s: Detail =\n  %q\nwant\n  %q", c.value, errs[0].Detail, c.want)
+		}
+		if got := errs[0].Error(); !strings.HasPrefix(got, `rules[0].minRenewInterval: Invalid value: "`+c.value+`": clients with leaseDuration 15s`) {
+			t.Errorf("Error() = %q", got)
+		}
+	}
+}
+
+func TestAutoRenewInterval(t *testing.T) {
+	for _, c := range []struct {
+		spec Spec
+		want time.Duration
+	}{
+		// Half of two thirds of the lease duration, 15s when absent.
+		{Spec{}, 5 * time.Second},
+		{Spec{LeaseDuration: -time.Second}, 5 * time.Second},
+		{Spec{LeaseDuration: 15 * time.Second}, 5 * time.Second},
+		{Spec{LeaseDuration: 30 * time.Second}, 10 * time.Second},
+		{Spec{LeaseDuration: 60 * time.Second}, 20 * time.Second},
+		{Spec{LeaseDuration: 10 * time.Second}, 10 * time.Second / 3},
+		// Half of a declared renew deadline (MultiClusterLease
+		// renewDeadlineSeconds), whatever the lease duration.
+		{Spec{RenewDeadline: 8 * time.Second}, 4 * time.Second},
+		{Spec{LeaseDuration: 15 * time.Second, RenewDeadline: 8 * time.Second}, 4 * time.Second},
+		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 4 * time.Second},
+		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}, 10 * time.Second},
+		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: -time.Second}, 10 * time.Second},
+	} {
+		if got := AutoRenewInterval(&c.spec); got != c.want {
+			t.Errorf("AutoRenewInterval(%+v) = %v, want %v", c.spec, got, c.want)
+		}
+	}
+}
+
+func TestRenewDeadline(t *testing.T) {
+	for _, c := range []struct {
+		spec Spec
+		want time.Duration
+	}{
+		{Spec{}, 10 * time.Second},
+		{Spec{LeaseDuration: 15 * time.Second}, 10 * time.Second},
+		{Spec{LeaseDuration: 30 * time.Second}, 20 * time.Second},
+		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 8 * time.Second},
+		{Spec{RenewDeadline: 8 * time.Second}, 8 * time.Second},
+	} {
+		if got := RenewDeadline(&c.spec); got != c.want {
+			t.Errorf("RenewDeadline(%+v) = %v, want %v", c.spec, got, c.want)
+		}
+	}
+}
+
+func TestMaxRenewInterval(t *testing.T) {
+	want := ClientTimings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+	if DefaultClientTimings != want {
+		t.Errorf("DefaultClientTimings = %+v, want client-go's %+v", DefaultClientTimings, want)
+	}
+	custom := ClientTimings{LeaseDuration: 60 * time.Second, RenewDeadline: 40 * time.Second, RetryPeriod: 5 * time.Second}
+	leaseBound := ClientTimings{LeaseDuration: 13 * time.Second, RenewDeadline: 12 * time.Second, RetryPeriod: 5 * time.Second}
+	for _, c := range []struct {
+		timings ClientTimings
+		skew    time.Duration
+		want    time.Duration
+	}{
+		{DefaultClientTimings, 0, 10 * time.Second},
+		// renewDeadline + retryPeriod - 2s - skew
+		{custom, 0, 43 * time.Second},
+		{ClientTimings{LeaseDuration: 137 * time.Second, RenewDeadline: 107 * time.Second, RetryPeriod: 26 * time.Second}, 0, 131 * time.Second},
+		// leaseDuration - 2s - skew
+		{leaseBound, 0, 11 * time.Second},
+		// both bounds equal
+		{ClientTimings{LeaseDuration: 12 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}, 0, 10 * time.Second},
+		// A client clock ahead by the skew allowance makes the stored
+		// renewTime look that much younger: both bounds shrink by the skew.
+		{DefaultClientTimings, 2 * time.Second, 8 * time.Second},
+		{DefaultClientTimings, 3 * time.Second, 7 * time.Second},
+		{custom, 2 * time.Second, 41 * time.Second},
+		{leaseBound, 2 * time.Second, 9 * time.Second},
+		{leaseBound, 500 * time.Millisecond, 10500 * time.Millisecond},
+		// No room left: zero or negative.
+		{DefaultClientTimings, 10 * time.Second, 0},
+		{DefaultClientTimings, time.Minute, -50 * time.Second},
+	} {
+		if got := c.timings.MaxRenewInterval(c.skew); got != c.want {
+			t.Errorf("%+v.MaxRenewInterval(%v) = %v, want %v", c.timings, c.skew, got, c.want)
+		}
+	}
+}
+
+// TestRuleAutoRenewInterval: an auto interval is what the object declares,
+// capped by the most the rule's assumed clients survive with its clockSkew.
+func TestRuleAutoRenewInterval(t *testing.T) {
+	const slow = "assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}"
+	for _, c := range []struct {
+		name string
+		src  string
+		spec Spec
+		want time.Duration
+	}{
+		{"15s lease, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 15 * sec}, 5 * sec},
+		{"no lease duration, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{}, 5 * sec},
+		// min(10s, 8s): client-go's defaults with a 2s clockSkew.
+		{"30s lease, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 30 * sec}, 8 * sec},
+		{"renewDeadline 20s declared, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 30 * sec, RenewDeadline: 20 * sec}, 8 * sec},
+		{"renewDeadline 8s declared, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 30 * sec, RenewDeadline: 8 * sec}, 4 * sec},
+		// min(10s, 10s) with clockSkew 0s.
+		{"30s lease, clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: auto")), Spec{LeaseDuration: 30 * sec}, 10 * sec},
+		{"60s lease, clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: auto")), Spec{LeaseDuration: 60 * sec}, 10 * sec},
+		// min(10s, 41s) and min(20s, 41s) for slower clients.
+		{"30s lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), Spec{LeaseDuration: 30 * sec}, 10 * sec},
+		{"60s lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), Spec{LeaseDuration: 60 * sec}, 20 * sec},
+		{"5m lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), Spec{LeaseDuration: 5 * time.Minute}, 41 * sec},
+	} {
+		p := mustCompile(t, c.src)
+		if got := p.Rules[0].renewInterval(&Object{Spec: c.spec}); got != c.want {
+			t.Errorf("%s: renewInterval(%+v) = %v, want %v", c.name, c.spec, got, c.want)
+		}
+	}
+}
+
+// A rule that does not rate-limit is not judged against its clients'
+// timings, however tight they are.
+func TestTightTimingsWithoutRateLimitAreValid(t *testing.T) {
+	for _, iv := range []string{"minRenewInterval: 0s", ""} {
+		spec := oneRule("managers: [alice]", iv, "assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}")
+		if _, errs := compileYAML(t, spec); len(errs) > 0 {
+			t.Errorf("%q: %v", iv, errs)
 		}
 	}
 }

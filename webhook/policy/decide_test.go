@@ -79,6 +79,12 @@ rules:
   namespaces: [team-autoiv]
   managers: ["user:mgr-*"]
   minRenewInterval: auto
+- name: autoiv-slow
+  resources: [leases, multiclusterleases]
+  namespaces: [team-autoiv-slow]
+  managers: ["user:mgr-*"]
+  minRenewInterval: auto
+  assumedClient: {leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 5s}
 - name: bound
   resources: [leases, multiclusterleases]
   namespaces: [team-bound]
@@ -187,9 +193,11 @@ func denySub(rule string, inv Invariant, sub string) want {
 	return want{verdict: Deny, rule: rule, inv: inv, code: http.StatusForbidden, sub: sub}
 }
 
-func rate(rule string, msg string, advance, interval time.Duration) want {
+// rate is an I6 denial of a renewal made elapsed after the stored renewTime
+// (by the server clock) under the given minimum interval.
+func rate(rule string, msg string, elapsed, interval time.Duration) want {
 	return want{verdict: Deny, rule: rule, inv: InvariantRenewalRate, code: http.StatusTooManyRequests,
-		retry: interval - advance, renewal: advance, msg: msg}
+		retry: interval - elapsed, renewal: elapsed, msg: msg}
 }
 
 func genericCases(res Resource) []decideCase {
@@ -363,8 +371,13 @@ func genericCases(res Resource) []decideCase {
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
 		want: allowRenewal("annot", 10*sec)})
 	add(decideCase{name: "annotation no minRenewInterval renews after 1ms", op: upd, caller: mgrA,
-		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), renewAt(time.Millisecond)), now: 10 * sec,
+		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), renewAt(time.Millisecond)), now: time.Millisecond,
 		want: allowRenewal("annot", time.Millisecond)})
+	// The stored renewTime may be ahead of the server clock (a client clock
+	// ahead, within clockSkew): the time since it is clamped at 0.
+	add(decideCase{name: "annotation no minRenewInterval renews before the stored renewTime by the server clock", op: upd, caller: mgrA,
+		old: obj("team-annot", desig("user:mgr-a"), renewAt(sec)), new: obj("team-annot", desig("user:mgr-a"), renewAt(2*sec)), now: 0,
+		want: allowRenewal("annot", 0)})
 	add(decideCase{name: "I2 annotation other manager", op: upd, caller: mgrB,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
 		want: denyMsg("annot", InvariantDesignation, i2annot)})
@@ -473,7 +486,7 @@ func genericCases(res Resource) []decideCase {
 
 	// --- I5 holder binding ---
 	i5pod := func(h string) string {
-		return "leaseguard: rule podbind: user:mgr-a writes holder " + h + " that is not its pod's on " + k + " team-pod/l (holder must be pod or start with pod_)"
+		return "leaseguard: rule podbind: user:mgr-a writes holder " + h + " of another pod on " + k + " team-pod/l (want pod[_<id>])"
 	}
 	add(decideCase{name: "I5 pod holder pod_uuid", op: cre, caller: podA,
 		new: obj("team-pod", holder("pod_uuid")), now: 10 * sec, want: allow("podbind")})
@@ -509,18 +522,37 @@ func genericCases(res Resource) []decideCase {
 		want: denySub("userbind", InvariantHolder, "writes holder user:mgr-b that is not its username on")})
 
 	// --- I6 renewal rate ---
-	i6 := func(rule, ns, advance, minimum string) string {
-		return "leaseguard: rule " + rule + ": user:mgr-a renews too often " + k + " " + ns + "/l (renewed " + advance + " after the last renewal, minimum " + minimum + ")"
+	// I6 measures the time since the stored renewTime by the server clock
+	// (now); how far the written renewTime advances does not matter (I7
+	// bounds it). client-go answers a 429 by sleeping Retry-After and sending
+	// the very same body again, which must then pass.
+	i6 := func(rule, ns, elapsed, minimum string) string {
+		return "leaseguard: rule " + rule + ": user:mgr-a renews too often " + k + " " + ns + "/l (renewed " + elapsed + " after the stored renewal, minimum " + minimum + ")"
 	}
 	add(decideCase{name: "I6 renewal after 2s of 5s", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(2*sec)), now: 2 * sec,
 		want: rate("open", i6("open", "team-open", "2s", "5s"), 2*sec, 5*sec)})
 	add(decideCase{name: "I6 renewal after 4.5s of 5s", op: upd, caller: mgrA,
-		old: obj("team-open"), new: obj("team-open", renewAt(4500*time.Millisecond)), now: 5 * sec,
+		old: obj("team-open"), new: obj("team-open", renewAt(4500*time.Millisecond)), now: 4500 * time.Millisecond,
 		want: rate("open", i6("open", "team-open", "4.5s", "5s"), 4500*time.Millisecond, 5*sec)})
 	add(decideCase{name: "I6 renewal after 1ms of 5s", op: upd, caller: mgrA,
-		old: obj("team-open"), new: obj("team-open", renewAt(time.Millisecond)), now: 5 * sec,
+		old: obj("team-open"), new: obj("team-open", renewAt(time.Millisecond)), now: time.Millisecond,
 		want: rate("open", i6("open", "team-open", "1ms", "5s"), time.Millisecond, 5*sec)})
+	add(decideCase{name: "I6 client-go retry of a throttled body after Retry-After admitted", op: upd, caller: mgrA,
+		old: obj("team-open"), new: obj("team-open", renewAt(2*sec)), now: 5 * sec,
+		want: allowRenewal("open", 5*sec)})
+	add(decideCase{name: "I6 client-go retry of a throttled body too early", op: upd, caller: mgrA,
+		old: obj("team-open"), new: obj("team-open", renewAt(2*sec)), now: 3 * sec,
+		want: rate("open", i6("open", "team-open", "3s", "5s"), 3*sec, 5*sec)})
+	add(decideCase{name: "I6 renewTime advanced past the interval, server clock 1ms short of it", op: upd, caller: mgrA,
+		old: obj("team-open"), new: obj("team-open", renewAt(6*sec)), now: 4999 * time.Millisecond,
+		want: rate("open", i6("open", "team-open", "4.999s", "5s"), 4999*time.Millisecond, 5*sec)})
+	add(decideCase{name: "I6 stored renewTime ahead of the server clock: elapsed 0", op: upd, caller: mgrA,
+		old: obj("team-open", renewAt(sec)), new: obj("team-open", renewAt(2*sec)), now: 0,
+		want: rate("open", i6("open", "team-open", "0s", "5s"), 0, 5*sec)})
+	add(decideCase{name: "I6 stored renewTime 1s ahead, 6s later by the server clock", op: upd, caller: mgrA,
+		old: obj("team-open", renewAt(sec)), new: obj("team-open", renewAt(6*sec)), now: 6 * sec,
+		want: allowRenewal("open", 5*sec)})
 	add(decideCase{name: "I6 renewal after exactly 5s", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(5*sec)), now: 5 * sec,
 		want: allowRenewal("open", 5*sec)})
@@ -533,14 +565,37 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I6 first renewTime on a lease without one: not a renewal", op: upd, caller: mgrA,
 		old: obj("team-open", noRenew()), new: obj("team-open", renewAt(1*sec)), now: 2 * sec,
 		want: allow("open")})
-	add(decideCase{name: "I6 auto 30s lease: 9s denied", op: upd, caller: mgrA,
-		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(9*sec)), now: 9 * sec,
-		want: rate("autoiv", i6("autoiv", "team-autoiv", "9s", "10s"), 9*sec, 10*sec)})
-	add(decideCase{name: "I6 auto 30s lease: 10s admitted", op: upd, caller: mgrA,
-		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(10*sec)), now: 10 * sec,
-		want: allowRenewal("autoiv", 10*sec)})
+	// auto for a 30s lease: half of two thirds of it is 10s, capped at 8s,
+	// the most client-go's default timings survive with clockSkew 2s (a
+	// Lease cannot declare its renew deadline).
+	add(decideCase{name: "I6 auto 30s lease: 7s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(7*sec)), now: 7 * sec,
+		want: rate("autoiv", i6("autoiv", "team-autoiv", "7s", "8s"), 7*sec, 8*sec)})
+	add(decideCase{name: "I6 auto 30s lease: 7.999s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(7999*time.Millisecond)), now: 7999 * time.Millisecond,
+		want: rate("autoiv", i6("autoiv", "team-autoiv", "7.999s", "8s"), 7999*time.Millisecond, 8*sec)})
+	add(decideCase{name: "I6 auto 30s lease: 8s admitted", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(8*sec)), now: 8 * sec,
+		want: allowRenewal("autoiv", 8*sec)})
+	add(decideCase{name: "I6 auto 30s lease: retried body admitted at 8s", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(2*sec)), now: 8 * sec,
+		want: allowRenewal("autoiv", 8*sec)})
+	// Clients declared slower (assumedClient 60s/40s/5s, at most 41s) get
+	// the full 10s for a 30s lease, 20s for a 60s one.
+	add(decideCase{name: "I6 auto slow clients 30s lease: 9s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv-slow", leaseDur(30*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewAt(9*sec)), now: 9 * sec,
+		want: rate("autoiv-slow", i6("autoiv-slow", "team-autoiv-slow", "9s", "10s"), 9*sec, 10*sec)})
+	add(decideCase{name: "I6 auto slow clients 30s lease: 10s admitted", op: upd, caller: mgrA,
+		old: obj("team-autoiv-slow", leaseDur(30*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewAt(10*sec)), now: 10 * sec,
+		want: allowRenewal("autoiv-slow", 10*sec)})
+	add(decideCase{name: "I6 auto slow clients 60s lease: 19s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv-slow", leaseDur(60*sec)), new: obj("team-autoiv-slow", leaseDur(60*sec), renewAt(19*sec)), now: 19 * sec,
+		want: rate("autoiv-slow", i6("autoiv-slow", "team-autoiv-slow", "19s", "20s"), 19*sec, 20*sec)})
+	add(decideCase{name: "I6 auto slow clients 15s lease: 5s admitted", op: upd, caller: mgrA,
+		old: obj("team-autoiv-slow"), new: obj("team-autoiv-slow", renewAt(5*sec)), now: 5 * sec,
+		want: allowRenewal("autoiv-slow", 5*sec)})
 	add(decideCase{name: "I6 auto 15s lease: 4.999s denied", op: upd, caller: mgrA,
-		old: obj("team-autoiv"), new: obj("team-autoiv", renewAt(4999*time.Millisecond)), now: 5 * sec,
+		old: obj("team-autoiv"), new: obj("team-autoiv", renewAt(4999*time.Millisecond)), now: 4999 * time.Millisecond,
 		want: rate("autoiv", i6("autoiv", "team-autoiv", "4.999s", "5s"), 4999*time.Millisecond, 5*sec)})
 	add(decideCase{name: "I6 auto without lease duration: 4s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(0)), new: obj("team-autoiv", leaseDur(0), renewAt(4*sec)), now: 4 * sec,
@@ -559,9 +614,10 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I7 renewTime more than skew ahead", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(12*sec+time.Millisecond)), now: 10 * sec,
 		want: denyMsg("open", InvariantRenewTime, "leaseguard: rule open: user:mgr-a sets a renewTime in the future on "+k+" team-open/l (renewTime 2.001s ahead of the server clock, allowed 2s)")})
+	// The renewal interval is the server clock's 10s, not the 12s advance.
 	add(decideCase{name: "I7 renewTime exactly skew ahead", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(12*sec)), now: 10 * sec,
-		want: allowRenewal("open", 12*sec)})
+		want: allowRenewal("open", 10*sec)})
 	add(decideCase{name: "I7 create with renewTime in the future", op: cre, caller: mgrA,
 		new: obj("team-open", renewAt(13*sec)), now: 10 * sec,
 		want: denySub("open", InvariantRenewTime, "sets a renewTime in the future on "+k+" team-open/l (renewTime 3s ahead of the server clock, allowed 2s)")})
@@ -712,7 +768,10 @@ func leaseOnlyCases() []decideCase {
 		want: allowRenewal("kcc-namespace-leases", 5*sec)})
 	add(decideCase{name: "I6 kcc manager renews its bound lease after 3s", op: upd, caller: kccA,
 		old: kcc("kcc-leader-team-a"), new: kcc("kcc-leader-team-a", renewAt(3*sec)), now: 3 * sec,
-		want: rate("kcc-namespace-leases", "leaseguard: rule kcc-namespace-leases: system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a renews too often lease cnrm-system/kcc-leader-team-a (renewed 3s after the last renewal, minimum 5s)", 3*sec, 5*sec)})
+		want: rate("kcc-namespace-leases", "leaseguard: rule kcc-namespace-leases: system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a renews too often lease cnrm-system/kcc-leader-team-a (renewed 3s after the stored renewal, minimum 5s)", 3*sec, 5*sec)})
+	add(decideCase{name: "I6 kcc manager's throttled renewal retried after Retry-After", op: upd, caller: kccA,
+		old: kcc("kcc-leader-team-a"), new: kcc("kcc-leader-team-a", renewAt(3*sec)), now: 5 * sec,
+		want: allowRenewal("kcc-namespace-leases", 5*sec)})
 	kccI9 := "leaseguard: rule kcc-namespace-leases: system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a may not write lease cnrm-system/kcc-leader-team-b (bound lease: kcc-leader-team-a)"
 	add(decideCase{name: "I9 kcc manager creates another namespace's lease", op: cre, caller: kccA,
 		new: kcc("kcc-leader-team-b"), now: 10 * sec, want: denyMsg("kcc-namespace-leases", InvariantBound, kccI9)})
@@ -735,7 +794,7 @@ func leaseOnlyCases() []decideCase {
 	add(decideCase{name: "I5 kcc manager writes another pod's holder", op: cre, caller: kccA,
 		new: kcc("kcc-leader-team-a", holder("cnrm-controller-manager-xyz-0_1")), now: 10 * sec,
 		// The full message is longer than the limit and is cut.
-		want: denySub("kcc-namespace-leases", InvariantHolder, " writes holder cnrm-controller-manager-xyz-0_1 that is not its pod's on lease cnrm-system/kcc-leader-team-a (holder must be cnrm-controller-manager-a...")})
+		want: denySub("kcc-namespace-leases", InvariantHolder, " writes holder cnrm-controller-manager-xyz-0_1 of another pod on lease cnrm-system/kcc-leader-team-a (want cnrm-controller-manager-a")})
 
 	// Leases have no status subresource: such a request is judged as a
 	// write of the Lease itself, not by I8.
@@ -780,6 +839,36 @@ func mclOnlyCases() []decideCase {
 	add(decideCase{name: "I8 rule without status writers", op: upd, sub: st, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open"), now: 10 * sec,
 		want: denyMsg("open", InvariantStatus, "leaseguard: rule open: user:mgr-a may not write the status of multiclusterlease team-open/l (status writers: none)")})
+
+	// --- I6: auto interval from a declared renew deadline ---
+	i6auto := func(elapsed, minimum string) string {
+		return "leaseguard: rule autoiv: user:mgr-a renews too often multiclusterlease team-autoiv/l (renewed " + elapsed + " after the stored renewal, minimum " + minimum + ")"
+	}
+	add(decideCase{name: "I6 auto renewDeadlineSeconds 8: 3.999s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv", renewDeadline(8*sec)), new: obj("team-autoiv", renewDeadline(8*sec), renewAt(3999*time.Millisecond)), now: 3999 * time.Millisecond,
+		want: rate("autoiv", i6auto("3.999s", "4s"), 3999*time.Millisecond, 4*sec)})
+	add(decideCase{name: "I6 auto renewDeadlineSeconds 8: 4s admitted", op: upd, caller: mgrA,
+		old: obj("team-autoiv", renewDeadline(8*sec)), new: obj("team-autoiv", renewDeadline(8*sec), renewAt(4*sec)), now: 4 * sec,
+		want: allowRenewal("autoiv", 4*sec)})
+	// The declared deadline wins over two thirds of the lease duration
+	// (which would give 10s for 30s).
+	add(decideCase{name: "I6 auto renewDeadlineSeconds 8 with a 30s lease: 3s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec), renewAt(3*sec)), now: 3 * sec,
+		want: rate("autoiv", i6auto("3s", "4s"), 3*sec, 4*sec)})
+	add(decideCase{name: "I6 auto renewDeadlineSeconds 8 with a 30s lease: retried body admitted at 4s", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec), renewAt(3*sec)), now: 4 * sec,
+		want: allowRenewal("autoiv", 4*sec)})
+	// A declared deadline of 20s would give 10s; the rule's clients
+	// (client-go's defaults, clockSkew 2s) survive at most 8s.
+	add(decideCase{name: "I6 auto renewDeadlineSeconds 20: 7s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec), renewAt(7*sec)), now: 7 * sec,
+		want: rate("autoiv", i6auto("7s", "8s"), 7*sec, 8*sec)})
+	add(decideCase{name: "I6 auto renewDeadlineSeconds 20: 8s admitted", op: upd, caller: mgrA,
+		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec), renewAt(8*sec)), now: 8 * sec,
+		want: allowRenewal("autoiv", 8*sec)})
+	add(decideCase{name: "I6 auto slow clients renewDeadlineSeconds 20: 9s denied", op: upd, caller: mgrA,
+		old: obj("team-autoiv-slow", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewDeadline(20*sec), renewAt(9*sec)), now: 9 * sec,
+		want: rate("autoiv-slow", "leaseguard: rule autoiv-slow: user:mgr-a renews too often multiclusterlease team-autoiv-slow/l (renewed 9s after the stored renewal, minimum 10s)", 9*sec, 10*sec)})
 
 	// --- the sample's kcc-mcl rule ---
 	kcc := func(opts ...objOpt) *Object { return mk(res, "cnrm-system", "kcc-leader", opts...) }

@@ -102,6 +102,10 @@ func transitions(n int32) objOpt { return func(o *Object) { o.Spec.Transitions =
 
 func leaseDur(d time.Duration) objOpt { return func(o *Object) { o.Spec.LeaseDuration = d } }
 
+// renewDeadline sets the renew deadline a MultiClusterLease declares
+// (spec.renewDeadlineSeconds).
+func renewDeadline(d time.Duration) objOpt { return func(o *Object) { o.Spec.RenewDeadline = d } }
+
 // createdAt sets the creation timestamp to t0+d.
 func createdAt(d time.Duration) objOpt { return func(o *Object) { o.CreationTimestamp = t0.Add(d) } }
 

@@ -61,6 +61,8 @@ type Rule struct {
 	// minRenewInterval is zero when renewals are not rate-limited.
 	minRenewInterval time.Duration
 	autoRenew        bool
+	// maxRenewInterval caps auto intervals: the most assumedClient survives.
+	maxRenewInterval time.Duration
 	enforcement      Enforcement
 }
 
@@ -94,18 +96,59 @@ func (r *Rule) renewInterval(o *Object) time.Duration {
 	if !r.autoRenew {
 		return r.minRenewInterval
 	}
-	return AutoRenewInterval(&o.Spec)
+	// What the object declares, but never more than the rule's clients
+	// survive: a Lease cannot declare its renew deadline.
+	return min(AutoRenewInterval(&o.Spec), r.maxRenewInterval)
 }
 
 // AutoRenewInterval derives a minimum renewal interval from what the object
-// declares: a third of its lease duration (5s for the 15s default). A client
-// that renews at most that often and keeps retrying at its retry period still
-// renews well before its renew deadline (two thirds of the lease duration in
-// client-go's defaults), so throttling never costs it the lease.
+// declares: half its renew deadline. A MultiClusterLease may declare
+// renewDeadlineSeconds; otherwise the deadline is taken as two thirds of the
+// lease duration (client-go's 10s of 15s), and the lease duration as 15s when
+// absent, so the default is 5s. A throttled renewal waits at most the
+// interval (client-go retries after Retry-After), which is then half the time
+// the client allows a renewal to take: it keeps its lease with a margin.
 func AutoRenewInterval(s *Spec) time.Duration {
-	d := s.LeaseDuration
-	if d <= 0 {
-		d = DefaultLeaseDuration
+	return RenewDeadline(s) / 2
+}
+
+// RenewDeadline is the renew deadline an object declares, or two thirds of
+// its lease duration (client-go's ratio) when it declares none.
+func RenewDeadline(s *Spec) time.Duration {
+	if s.RenewDeadline > 0 {
+		return s.RenewDeadline
 	}
-	return d / 3
+	l := s.LeaseDuration
+	if l <= 0 {
+		l = DefaultLeaseDuration
+	}
+	return l * 2 / 3
+}
+
+// ClientTimings are the leader-election settings of the clients a rule
+// throttles: what a fixed minRenewInterval is checked against.
+type ClientTimings struct {
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+}
+
+// DefaultClientTimings are client-go's and controller-runtime's defaults.
+var DefaultClientTimings = ClientTimings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+
+// MaxRenewInterval is the longest minimum renewal interval that clients with
+// these timings survive, given the clock-skew allowance. A renewal refused
+// with 429 is retried by client-go after Retry-After (rounded up to a whole
+// second), within a renew attempt that started a retry period after the last
+// success and may last the renew deadline: so the interval must fit in
+// deadline + retry period, less a second of rounding, a second for the round
+// trip, and the skew by which a client clock ahead of the server's makes the
+// stored renewTime look younger. Followers must also see a write before the
+// lease duration runs out.
+func (t ClientTimings) MaxRenewInterval(skew time.Duration) time.Duration {
+	limit := t.RenewDeadline + t.RetryPeriod - 2*time.Second - skew
+	if l := t.LeaseDuration - 2*time.Second - skew; l < limit {
+		limit = l
+	}
+	return limit
 }

@@ -183,8 +183,8 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Message is the one-line explanation of a denial, warning or audit.
 	Message string
-	// RenewalInterval is set when the write is a renewal: how far it
-	// advances renewTime over the stored object.
+	// RenewalInterval is set when the write is a renewal: the time since the
+	// stored renewTime, by the server clock.
 	RenewalInterval time.Duration
 	// DesignationChanged is set on an admitted write that changes the
 	// designation annotation.

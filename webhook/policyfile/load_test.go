@@ -231,15 +231,43 @@ kind: LeasePolicy
   managers: [alice]
   minRenewInterval: 15s
 `,
-			want: []string{"1 problem(s):\n  line 10: rules[1].minRenewInterval: Invalid value: \"15s\": must be below the lease duration"},
+			exact: "1 problem(s):\n  line 10: rules[1].minRenewInterval: Invalid value: \"15s\": clients with leaseDuration 15s, renewDeadline 10s, retryPeriod 2s" +
+				" would lose their lease: a renewal held back that long misses the renew deadline (with clockSkew 2s); use at most 8s or \"auto\"," +
+				" or, if the clients renew with longer timings, declare them in assumedClient",
 		},
 		{
+			name: "validation: minRenewInterval too long for the clockSkew",
+			src: head + `clockSkew: 3s
+rules:
+- name: a
+  resources: [leases]
+  managers: [alice]
+  minRenewInterval: 7.5s
+`,
+			want: []string{"1 problem(s):\n  line 8: rules[0].minRenewInterval: Invalid value: \"7.5s\": clients with leaseDuration 15s", "(with clockSkew 3s); use at most 7s"},
+		},
+		{
+			name: "validation: assumedClient leaves no room",
+			src: head + `rules:
+- name: a
+  resources: [leases]
+  managers: [alice]
+  minRenewInterval: auto
+  assumedClient: {leaseDuration: 5s, renewDeadline: 2s, retryPeriod: 1s}
+`,
+			exact: "1 problem(s):\n  line 8: rules[0].assumedClient: Invalid value: \"5s/2s/1s\": leaves no room for rate limiting with clockSkew 2s:" +
+				" the longest interval these clients survive, min(renewDeadline + retryPeriod, leaseDuration) - 2s - clockSkew, is -1s; drop minRenewInterval or lower clockSkew",
+		},
+		{
+			// Under a 2m skew client-go's default timings would leave no
+			// room; the rule is judged with the default 2s instead.
 			name: "validation: clockSkew out of range",
 			src: head + `clockSkew: 2m
 rules:
 - name: r
   resources: [leases]
   managers: [alice]
+  minRenewInterval: auto
 `,
 			exact: "1 problem(s):\n  line 3: clockSkew: Invalid value: \"2m0s\": must be between 0s and 1m",
 		},

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/leaseguard/leaseguard/test/controlplane"
+)
+
+// CertManagerVersion is the cert-manager release whose CRDs the local
+// control plane gets, so that config/default's Issuer and Certificate can be
+// checked by the real API server.
+const CertManagerVersion = "v1.21.2"
+
+// certManagerCRDs returns the CRD files of cert-manager's module (deploy/crds),
+// fetched through the Go module proxy into the module cache.
+func certManagerCRDs() []string {
+	out, err := exec.Command("go", "mod", "download", "-json", "github.com/cert-manager/cert-manager@"+CertManagerVersion).Output()
+	Expect(err).NotTo(HaveOccurred(), "go mod download cert-manager")
+	var mod struct{ Dir string }
+	Expect(json.Unmarshal(out, &mod)).To(Succeed())
+	var files []string
+	for _, name := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_certificates.yaml"} {
+		files = append(files, filepath.Join(mod.Dir, "deploy", "crds", name))
+	}
+	return files
+}
+
+var _ = Describe("the deployable package", func() {
+	It("renders config/default and the API server accepts every object (server-side dry-run)", func() {
+		root, err := controlplane.RepoRoot()
+		Expect(err).NotTo(HaveOccurred())
+		rendered, err := exec.Command(env.kubectl, "kustomize", filepath.Join(root, "config", "default")).Output()
+		Expect(err).NotTo(HaveOccurred(), "kubectl kustomize config/default")
+
+		if env.local {
+			By("installing cert-manager's CRDs " + CertManagerVersion)
+			for _, f := range certManagerCRDs() {
+				out, err := kubectl("apply", "--server-side", "-f", f)
+				Expect(err).NotTo(HaveOccurred(), out)
+			}
+			Eventually(func() error {
+				_, err := kubectl("get", "certificates.cert-manager.io", "-A")
+				return err
+			}).Should(Succeed())
+		}
+
+		// A dry-run creates no namespace, so the objects in it need a real one.
+		if out, err := kubectl("get", "namespace", "leaseguard-system"); err != nil {
+			out, err = kubectl("create", "namespace", "leaseguard-system")
+			Expect(err).NotTo(HaveOccurred(), out)
+		}
+		// Each object on its own: created when new, replaced when it exists
+		// (on the local control plane the webhook configurations and the CRD
+		// are already installed, pointing at the local server), all dry-run.
+		var kinds []string
+		accepted := 0
+		for i, doc := range bytes.Split(rendered, []byte("\n---\n")) {
+			kind := ""
+			for _, line := range strings.Split(string(doc), "\n") {
+				if strings.HasPrefix(line, "kind: ") {
+					kind = strings.TrimPrefix(line, "kind: ")
+				}
+			}
+			if kind == "" {
+				continue
+			}
+			kinds = append(kinds, kind)
+			f := filepath.Join(env.tmp, fmt.Sprintf("install-%02d.yaml", i))
+			Expect(os.WriteFile(f, doc, 0o600)).To(Succeed())
+			out, err := kubectl("create", "--dry-run=server", "-f", f)
+			if err != nil && strings.Contains(out, "AlreadyExists") {
+				out, err = kubectl("replace", "--dry-run=server", "-f", f)
+			}
+			Expect(err).NotTo(HaveOccurred(), "%s rejected:\n%s", kind, out)
+			Expect(out).To(ContainSubstring("(server dry run)"))
+			accepted++
+		}
+		Expect(kinds).To(ContainElements("Namespace", "CustomResourceDefinition", "ServiceAccount", "ConfigMap", "Service",
+			"Deployment", "PodDisruptionBudget", "Issuer", "Certificate", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"))
+		Expect(accepted).To(Equal(len(kinds)))
+	})
+
+	It("runs its Deployment under the restricted security settings", func() {
+		root, err := controlplane.RepoRoot()
+		Expect(err).NotTo(HaveOccurred())
+		rendered, err := exec.Command(env.kubectl, "kustomize", filepath.Join(root, "config", "default")).Output()
+		Expect(err).NotTo(HaveOccurred())
+		text := string(rendered)
+		for _, want := range []string{"runAsNonRoot: true", "readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false",
+			"- ALL", "type: RuntimeDefault", "replicas: 2", "podAntiAffinity", "kind: PodDisruptionBudget",
+			"cert-manager.io/inject-ca-from: leaseguard-system/leaseguard-serving-cert", "automountServiceAccountToken: false"} {
+			Expect(text).To(ContainSubstring(want))
+		}
+	})
+})

@@ -1,0 +1,371 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+
+	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+	"github.com/leaseguard/leaseguard/test/controlplane"
+)
+
+// controller-runtime's leader-election defaults.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// predictedFactor is how many times fewer writes reach storage when a
+// client renewing every retry period r is held to interval i: client-go
+// retries a 429 after Retry-After with the same body, which the server-clock
+// rule admits at stored+i; the next regular renewal, a retry period later, is
+// then already i past the stored renewTime. Two writes per i+r instead of one
+// per r (docs/rate-limiting.md).
+func predictedFactor(i, r time.Duration) float64 { return float64(i+r) / float64(2*r) }
+
+// writeCounter counts the writes that reach storage: every watch event of an
+// object is a storage write, whoever sent it.
+type writeCounter struct {
+	mu       sync.Mutex
+	counts   map[string]int
+	last     map[string]time.Time
+	maxGap   map[string]time.Duration
+	counting bool
+}
+
+func countWrites(ctx context.Context, t *testing.T, w watch.Interface) *writeCounter {
+	c := &writeCounter{counts: map[string]int{}, last: map[string]time.Time{}, maxGap: map[string]time.Duration{}}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				if ev.Type != watch.Modified && ev.Type != watch.Added {
+					continue
+				}
+				m, err := metaOf(ev.Object)
+				if err != nil {
+					continue
+				}
+				c.mu.Lock()
+				now := time.Now()
+				if c.counting {
+					c.counts[m]++
+					if prev, ok := c.last[m]; ok && now.Sub(prev) > c.maxGap[m] {
+						c.maxGap[m] = now.Sub(prev)
+					}
+				}
+				c.last[m] = now
+				c.mu.Unlock()
+			}
+		}
+	}()
+	return c
+}
+
+func metaOf(obj any) (string, error) {
+	switch o := obj.(type) {
+	case *coordinationv1.Lease:
+		return o.Name, nil
+	case *unstructured.Unstructured:
+		return o.GetName(), nil
+	}
+	return "", errors.New("unexpected object")
+}
+
+func (c *writeCounter) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counting = true
+}
+
+func (c *writeCounter) snapshot() (map[string]int, map[string]time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counts, gaps := map[string]int{}, map[string]time.Duration{}
+	for k, v := range c.counts {
+		counts[k] = v
+	}
+	for k, v := range c.maxGap {
+		gaps[k] = v
+	}
+	return counts, gaps
+}
+
+// elector runs client-go's leader election with controller-runtime's
+// defaults for one bound lease, as the pod of one namespace-mode manager.
+type elector struct {
+	name    string
+	started chan struct{}
+	mu      sync.Mutex
+	lost    bool
+}
+
+func runElector(ctx context.Context, t *testing.T, namespace, ns string) *elector {
+	pod := "manager-" + ns + "-0"
+	cs, err := kubernetes.NewForConfig(impersonating(fmt.Sprintf("system:serviceaccount:%s:manager-%s", namespace, ns), pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &elector{name: namespace + "/leader-" + ns, started: make(chan struct{})}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: "leader-" + ns},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: pod + "_" + fmt.Sprint(time.Now().UnixNano())},
+	}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { close(e.started) },
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					e.mu.Lock()
+					e.lost = true
+					e.mu.Unlock()
+				}
+			},
+		},
+		Name: e.name,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go le.Run(ctx)
+	return e
+}
+
+func (e *elector) lostLeadership() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lost
+}
+
+// kccCandidate behaves like a Config Connector manager in namespace mode
+// with multi-cluster leader election: it creates the shared
+// MultiClusterLease, then merge-PATCHes holder, renewTime and durations every
+// retry period, with the identity every manager of the cluster shares.
+func kccCandidate(ctx context.Context, t *testing.T, namespace, manager string, denied *int64, mu *sync.Mutex) {
+	dyn, err := dynamic.NewForConfig(impersonating("system:serviceaccount:cnrm-system:cnrm-controller-manager-"+manager, ""))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	mcls := dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(namespace)
+	obj := newMCL("kcc-leader")
+	obj.SetNamespace(namespace)
+	_ = unstructured.SetNestedField(obj.Object, int64(15), "spec", "leaseDurationSeconds")
+	if _, err := mcls.Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+		t.Errorf("candidate %s create: %v", manager, err)
+	}
+	for ctx.Err() == nil {
+		_, err := mcls.Patch(ctx, "kcc-leader", types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{})
+		if apierrors.IsForbidden(err) {
+			mu.Lock()
+			*denied++
+			mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retryPeriod):
+		}
+	}
+}
+
+// Real client-go leader electors and KCC-shaped MultiClusterLease
+// candidates run for a minute with and without a rate rule, side by side:
+// no elector loses leadership, the shared lease stays fresh, and the writes
+// that reach storage fall by the predicted factor.
+func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for more than a minute")
+	}
+	const run = 60 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, ns := range []string{"it-rate", "it-free", "it-mcl-rate", "it-mcl-free"} {
+		createNamespace(t, ns)
+	}
+	leaseWatch := func(ns string) watch.Interface {
+		w, err := admin.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	dynAdmin, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mclWatch := func(ns string) watch.Interface {
+		w, err := dynAdmin.Resource(mclv1alpha1.GroupVersionResource).Namespace(ns).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	limited, free := countWrites(ctx, t, leaseWatch("it-rate")), countWrites(ctx, t, leaseWatch("it-free"))
+	mclLimited, mclFree := countWrites(ctx, t, mclWatch("it-mcl-rate")), countWrites(ctx, t, mclWatch("it-mcl-free"))
+
+	var electors []*elector
+	for _, ns := range []string{"a", "b", "c"} {
+		electors = append(electors, runElector(ctx, t, "it-rate", ns), runElector(ctx, t, "it-free", ns))
+	}
+	for _, e := range electors {
+		select {
+		case <-e.started:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s never acquired its lease", e.name)
+		}
+	}
+	var mu sync.Mutex
+	var deniedLimited, deniedFree int64
+	for _, m := range []string{"a", "b", "c"} {
+		go kccCandidate(ctx, t, "it-mcl-rate", m, &deniedLimited, &mu)
+		go kccCandidate(ctx, t, "it-mcl-free", m, &deniedFree, &mu)
+	}
+	// Let the designation settle before counting.
+	time.Sleep(3 * time.Second)
+	for _, c := range []*writeCounter{limited, free, mclLimited, mclFree} {
+		c.start()
+	}
+	time.Sleep(run)
+
+	for _, e := range electors {
+		if e.lostLeadership() {
+			t.Errorf("elector %s lost leadership", e.name)
+		}
+	}
+	sum := func(c *writeCounter) (int, time.Duration) {
+		counts, gaps := c.snapshot()
+		total, maxGap := 0, time.Duration(0)
+		for _, n := range counts {
+			total += n
+		}
+		for _, g := range gaps {
+			if g > maxGap {
+				maxGap = g
+			}
+		}
+		return total, maxGap
+	}
+	nLimited, gapLimited := sum(limited)
+	nFree, _ := sum(free)
+	nMCLLimited, gapMCL := sum(mclLimited)
+	nMCLFree, _ := sum(mclFree)
+	t.Logf("electors: %d storage writes free, %d limited (6s) in %s; longest gap %s", nFree, nLimited, run, gapLimited)
+	t.Logf("MCL: %d storage writes free, %d limited (5s); longest gap %s; denied patches: %d limited, %d free", nMCLFree, nMCLLimited, gapMCL, deniedLimited, deniedFree)
+
+	checkFactor := func(what string, free, limited int, predicted float64) {
+		if limited == 0 || free == 0 {
+			t.Errorf("%s: no writes counted (free %d, limited %d)", what, free, limited)
+			return
+		}
+		got := float64(free) / float64(limited)
+		if got < 0.8*predicted {
+			t.Errorf("%s: storage writes fell by %.2fx, predicted %.2fx", what, got, predicted)
+		}
+	}
+	checkFactor("client-go electors", nFree, nLimited, predictedFactor(6*time.Second, retryPeriod))
+	checkFactor("KCC MultiClusterLease", nMCLFree, nMCLLimited, predictedFactor(5*time.Second, retryPeriod))
+	if gapLimited >= leaseDuration || gapMCL >= leaseDuration {
+		t.Errorf("a rate-limited lease went %s / %s without a write, longer than its %s lease duration", gapLimited, gapMCL, leaseDuration)
+	}
+	if deniedLimited == 0 || deniedFree == 0 {
+		t.Errorf("the non-designated KCC candidates were not refused (denied %d, %d)", deniedLimited, deniedFree)
+	}
+}
+
+// The answer to a too-early renewal, as a client sees it through the API
+// server: 429 with a Retry-After of the remaining time; and client-go, which
+// sleeps that long and re-sends the same body, gets the retry admitted.
+func TestTooEarlyRenewalIs429WithRetryAfterAndClientGoRetries(t *testing.T) {
+	ctx := context.Background()
+	createNamespace(t, "it-rate")
+	user, pod := "system:serviceaccount:it-rate:manager-x", "manager-x-0"
+	leases := as(t, user, pod).CoordinationV1().Leases("it-rate")
+	lease, err := leases.Create(ctx, newLease("it-rate", "leader-x", pod+"_1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A raw PUT, without client-go's retries, shows the answer itself.
+	early := lease.DeepCopy()
+	early.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	early.TypeMeta = metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
+	body, err := runtimeJSON(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := impersonating(user, pod)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimSuffix(cfg.Host, "/")+"/apis/coordination.k8s.io/v1/namespaces/it-rate/leases/leader-x", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	respBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("HTTP %d, want 429: %s", resp.StatusCode, respBody)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "6" && ra != "5" {
+		t.Fatalf("Retry-After %q, want the remaining 5-6s of the 6s interval", ra)
+	}
+	if !strings.Contains(string(respBody), `renews too often lease it-rate/leader-x (renewed `) || !strings.Contains(string(respBody), `after the stored renewal, minimum 6s)`) {
+		t.Fatalf("body %s", respBody)
+	}
+
+	// client-go's typed client: the same early renewal blocks for the
+	// Retry-After, is re-sent unchanged and admitted.
+	fams, err := guard.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deniedBefore := controlplane.Counter(fams, "leaseguard_decisions_total", map[string]string{"rule": "elector-leases-limited", "invariant": "I6"})
+	renewed, err := leases.Update(ctx, early, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("client-go did not get its early renewal through after Retry-After: %v", err)
+	}
+	if !renewed.Spec.RenewTime.Time.Equal(early.Spec.RenewTime.Time.Truncate(time.Microsecond)) {
+		t.Fatalf("stored renewTime %v, want the client's %v", renewed.Spec.RenewTime, early.Spec.RenewTime)
+	}
+	fams, err = guard.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := controlplane.Counter(fams, "leaseguard_decisions_total", map[string]string{"rule": "elector-leases-limited", "invariant": "I6"}) - deniedBefore; d < 1 {
+		t.Fatalf("the typed client's first attempt was not refused (%v I6 denials)", d)
+	}
+}
