@@ -4,6 +4,7 @@
 package certs
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -14,10 +15,14 @@ import (
 // Source configures the serving TLS of the webhook server.
 type Source interface {
 	// TLSOptions returns the options to apply to the server's tls.Config.
+	// A source that sets GetCertificate serves its own certificates;
+	// otherwise controller-runtime's certificate watcher serves Files().
 	TLSOptions() ([]func(*tls.Config), error)
-	// CertDir, CertName and KeyName are where controller-runtime's
-	// certificate watcher reads (and re-reads on change) the key pair.
+	// Files are where controller-runtime's certificate watcher reads (and
+	// re-reads on change) the key pair, for sources that use files.
 	Files() (dir, certName, keyName string)
+	// Start keeps the certificate current until ctx ends.
+	Start(ctx context.Context) error
 }
 
 // FileSource serves a key pair from files, reloaded when they change (the
@@ -44,6 +49,9 @@ func (f *FileSource) Files() (string, string, string) {
 	return f.Dir, cert, key
 }
 
+// Start does nothing: controller-runtime's watcher re-reads the files.
+func (f *FileSource) Start(context.Context) error { return nil }
+
 // TLSOptions checks that the key pair is readable (naming the file that is
 // not) and sets the TLS floor and client verification.
 func (f *FileSource) TLSOptions() ([]func(*tls.Config), error) {
@@ -52,15 +60,21 @@ func (f *FileSource) TLSOptions() ([]func(*tls.Config), error) {
 	if _, err := tls.LoadX509KeyPair(certPath, keyPath); err != nil {
 		return nil, fmt.Errorf("serving certificate %s / key %s: %w", certPath, keyPath, err)
 	}
+	return baseOptions(f.ClientCAFile)
+}
+
+// baseOptions are the TLS settings of every mode: TLS 1.2 at least, and
+// client certificate verification when a client CA is given.
+func baseOptions(clientCAFile string) ([]func(*tls.Config), error) {
 	opts := []func(*tls.Config){minimumVersion}
-	if f.ClientCAFile != "" {
-		pem, err := os.ReadFile(f.ClientCAFile)
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("client CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA %s: no PEM certificate found", f.ClientCAFile)
+			return nil, fmt.Errorf("client CA %s: no PEM certificate found", clientCAFile)
 		}
 		opts = append(opts, func(c *tls.Config) {
 			c.ClientCAs = pool

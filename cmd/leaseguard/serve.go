@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/leaseguard/leaseguard/certs"
@@ -14,6 +17,8 @@ import (
 func newServeCommand() *cobra.Command {
 	o := server.Options{}
 	files := &certs.FileSource{}
+	self := &certs.SelfManaged{}
+	var certMode, serviceName, kubeconfig string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the webhook server",
@@ -28,6 +33,15 @@ func newServeCommand() *cobra.Command {
 	fs.StringVar(&files.CertName, "tls-cert-name", "tls.crt", "serving certificate file name in --cert-dir")
 	fs.StringVar(&files.KeyName, "tls-key-name", "tls.key", "serving key file name in --cert-dir")
 	fs.StringVar(&files.ClientCAFile, "client-ca", "", "CA file: require API server client certificates signed by it")
+	fs.StringVar(&certMode, "cert-mode", "cert-manager", `where the serving certificate comes from: "cert-manager" (the Secret it issues, mounted at --cert-dir), "files" (any key pair at --cert-dir, re-read on change) or "self-managed" (leaseguard's own CA in a Secret, caBundle kept current)`)
+	fs.StringVar(&self.SecretName, "ca-secret-name", "leaseguard-ca", "self-managed: the Secret in --namespace holding the CA")
+	fs.StringVar(&serviceName, "webhook-service-name", "leaseguard-webhook-service", "self-managed: the webhook Service, whose DNS names the certificate carries")
+	fs.StringSliceVar(&self.DNSNames, "dns-name", nil, "self-managed: DNS names of the serving certificate (default: the Service's names)")
+	fs.StringVar(&self.ValidatingWebhook, "validating-webhook-configuration", "leaseguard-validating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
+	fs.StringVar(&self.MutatingWebhook, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed: kubeconfig (default: in-cluster)")
+	fs.DurationVar(&self.LeafDuration, "leaf-duration", 7*24*time.Hour, "self-managed: lifetime of the serving certificate (renewed at two thirds)")
+	fs.DurationVar(&self.CADuration, "ca-duration", 365*24*time.Hour, "self-managed: lifetime of the CA (longer than --leaf-duration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
 	fs.StringVar(&o.Namespace, "namespace", envOr("POD_NAMESPACE", "leaseguard-system"), "leaseguard's own namespace, never guarded")
@@ -35,7 +49,23 @@ func newServeCommand() *cobra.Command {
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.Log = newLogger().WithName("leaseguard")
-		o.Certs = files
+		switch certMode {
+		case "cert-manager", "files":
+			o.Certs = files
+		case "self-managed":
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return fmt.Errorf("self-managed certificates need the API server: %w", err)
+			}
+			self.Namespace, self.Config, self.ClientCAFile = o.Namespace, cfg, files.ClientCAFile
+			self.Log = o.Log.WithName("certs")
+			if len(self.DNSNames) == 0 {
+				self.DNSNames = []string{serviceName + "." + o.Namespace + ".svc", serviceName + "." + o.Namespace + ".svc.cluster.local"}
+			}
+			o.Certs = self
+		default:
+			return fmt.Errorf(`--cert-mode %q: want "cert-manager", "files" or "self-managed"`, certMode)
+		}
 		return server.Run(ctrl.SetupSignalHandler(), o)
 	}
 	return cmd
@@ -46,4 +76,11 @@ func envOr(name, fallback string) string {
 		return v
 	}
 	return fallback
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
 }

@@ -74,6 +74,13 @@ type Options struct {
 	WebhookPort int
 	// Log receives the control plane's output when set.
 	Log io.Writer
+	// WebhookHostName is the host the API server calls the webhook at
+	// (default 127.0.0.1); "localhost" suits certificates with DNS names only.
+	WebhookHostName string
+	// WebhookCAData and WebhookCertDir bring a CA and serving key pair of the
+	// caller's instead of generated ones.
+	WebhookCAData  []byte
+	WebhookCertDir string
 }
 
 // ControlPlane is a running kube-apiserver and etcd.
@@ -112,10 +119,11 @@ func Start(o Options) (*ControlPlane, error) {
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crds},
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			MutatingWebhooks:   mutating,
-			ValidatingWebhooks: validating,
-			LocalServingHost:   "127.0.0.1",
-			LocalServingPort:   o.WebhookPort,
+			MutatingWebhooks:             mutating,
+			ValidatingWebhooks:           validating,
+			LocalServingHost:             "127.0.0.1",
+			LocalServingPort:             o.WebhookPort,
+			LocalServingHostExternalName: o.WebhookHostName,
 		},
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
@@ -133,14 +141,23 @@ func Start(o Options) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("granting lease access: %w", err)
 	}
-	return &ControlPlane{
+	c := &ControlPlane{
 		Env:            env,
 		Config:         cfg,
 		WebhookHost:    env.WebhookInstallOptions.LocalServingHost,
 		WebhookPort:    env.WebhookInstallOptions.LocalServingPort,
 		WebhookCertDir: env.WebhookInstallOptions.LocalServingCertDir,
 		KubectlPath:    filepath.Join(assets, "kubectl"),
-	}, nil
+	}
+	if len(o.WebhookCAData) > 0 {
+		// envtest always makes its own CA; trust the caller's instead.
+		if err := SetCABundle(context.Background(), cfg, o.WebhookCAData); err != nil {
+			_ = env.Stop()
+			return nil, err
+		}
+		c.WebhookCertDir = o.WebhookCertDir
+	}
+	return c, nil
 }
 
 // WriteKubeconfig writes a kubeconfig for a system:masters user to path.

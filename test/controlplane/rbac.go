@@ -43,3 +43,31 @@ func GrantLeaseAccess(ctx context.Context, cfg *rest.Config) error {
 	}
 	return nil
 }
+
+// SetCABundle makes leaseguard's webhook configurations trust ca.
+func SetCABundle(ctx context.Context, cfg *rest.Config, ca []byte) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	api := cs.AdmissionregistrationV1()
+	v, err := api.ValidatingWebhookConfigurations().Get(ctx, "leaseguard-validating-webhook-configuration", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range v.Webhooks {
+		v.Webhooks[i].ClientConfig.CABundle = ca
+	}
+	if _, err := api.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	m, err := api.MutatingWebhookConfigurations().Get(ctx, "leaseguard-mutating-webhook-configuration", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range m.Webhooks {
+		m.Webhooks[i].ClientConfig.CABundle = ca
+	}
+	_, err = api.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+	return err
+}

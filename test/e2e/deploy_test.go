@@ -35,11 +35,11 @@ func certManagerCRDs() []string {
 }
 
 var _ = Describe("the deployable package", func() {
-	It("renders config/default and the API server accepts every object (server-side dry-run)", func() {
+	DescribeTable("renders and the API server accepts every object (server-side dry-run)", func(overlay string, want ...string) {
 		root, err := controlplane.RepoRoot()
 		Expect(err).NotTo(HaveOccurred())
-		rendered, err := exec.Command(env.kubectl, "kustomize", filepath.Join(root, "config", "default")).Output()
-		Expect(err).NotTo(HaveOccurred(), "kubectl kustomize config/default")
+		rendered, err := exec.Command(env.kubectl, "kustomize", filepath.Join(root, overlay)).Output()
+		Expect(err).NotTo(HaveOccurred(), "kubectl kustomize "+overlay)
 
 		if env.local {
 			By("installing cert-manager's CRDs " + CertManagerVersion)
@@ -84,10 +84,14 @@ var _ = Describe("the deployable package", func() {
 			Expect(out).To(ContainSubstring("(server dry run)"))
 			accepted++
 		}
-		Expect(kinds).To(ContainElements("Namespace", "CustomResourceDefinition", "ServiceAccount", "ConfigMap", "Service",
-			"Deployment", "PodDisruptionBudget", "Issuer", "Certificate", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"))
+		Expect(kinds).To(ContainElements(want))
 		Expect(accepted).To(Equal(len(kinds)))
-	})
+	},
+		Entry("config/default (cert-manager)", "config/default", "Namespace", "CustomResourceDefinition", "ServiceAccount", "ConfigMap", "Service",
+			"Deployment", "PodDisruptionBudget", "Issuer", "Certificate", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"),
+		Entry("config/self-managed", "config/self-managed", "Namespace", "ServiceAccount", "ConfigMap", "Service", "Deployment",
+			"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"),
+	)
 
 	It("runs its Deployment under the restricted security settings", func() {
 		root, err := controlplane.RepoRoot()

@@ -91,6 +91,7 @@ func Run(ctx context.Context, o Options) error {
 	}})
 
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return o.Certs.Start(ctx) })
 	g.Go(func() error { return srv.Start(logr.NewContext(ctx, log)) })
 	g.Go(func() error { store.Watch(ctx, o.PolicyReloadInterval); return nil })
 
