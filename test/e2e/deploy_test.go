@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,25 +14,6 @@ import (
 	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
-// CertManagerVersion is the cert-manager release whose CRDs the local
-// control plane gets, so that config/default's Issuer and Certificate can be
-// checked by the real API server.
-const CertManagerVersion = "v1.21.2"
-
-// certManagerCRDs returns the CRD files of cert-manager's module (deploy/crds),
-// fetched through the Go module proxy into the module cache.
-func certManagerCRDs() []string {
-	out, err := exec.Command("go", "mod", "download", "-json", "github.com/cert-manager/cert-manager@"+CertManagerVersion).Output()
-	Expect(err).NotTo(HaveOccurred(), "go mod download cert-manager")
-	var mod struct{ Dir string }
-	Expect(json.Unmarshal(out, &mod)).To(Succeed())
-	var files []string
-	for _, name := range []string{"cert-manager.io_issuers.yaml", "cert-manager.io_certificates.yaml"} {
-		files = append(files, filepath.Join(mod.Dir, "deploy", "crds", name))
-	}
-	return files
-}
-
 var _ = Describe("the deployable package", func() {
 	DescribeTable("renders and the API server accepts every object (server-side dry-run)", func(overlay string, want ...string) {
 		root, err := controlplane.RepoRoot()
@@ -42,8 +22,10 @@ var _ = Describe("the deployable package", func() {
 		Expect(err).NotTo(HaveOccurred(), "kubectl kustomize "+overlay)
 
 		if env.local {
-			By("installing cert-manager's CRDs " + CertManagerVersion)
-			for _, f := range certManagerCRDs() {
+			By("installing cert-manager's CRDs " + controlplane.CertManagerVersion)
+			files, err := controlplane.CertManagerCRDs()
+			Expect(err).NotTo(HaveOccurred())
+			for _, f := range files {
 				out, err := kubectl("apply", "--server-side", "-f", f)
 				Expect(err).NotTo(HaveOccurred(), out)
 			}
