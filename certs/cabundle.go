@@ -107,33 +107,42 @@ type webhookTarget struct {
 func (k *bundleKeeper) targets() []webhookTarget {
 	api := k.client.AdmissionregistrationV1()
 	return []webhookTarget{
-		{"validatingwebhookconfiguration", k.validating, func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
-			cfg, err := api.ValidatingWebhookConfigurations().Get(ctx, k.validating, metav1.GetOptions{})
-			if err != nil {
-				return nil, nil, err
-			}
-			var ccs []*admissionregistrationv1.WebhookClientConfig
-			for i := range cfg.Webhooks {
-				ccs = append(ccs, &cfg.Webhooks[i].ClientConfig)
-			}
-			return ccs, func(ctx context.Context) error {
-				_, err := api.ValidatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{})
-				return err
-			}, nil
-		}},
-		{"mutatingwebhookconfiguration", k.mutating, func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
-			cfg, err := api.MutatingWebhookConfigurations().Get(ctx, k.mutating, metav1.GetOptions{})
-			if err != nil {
-				return nil, nil, err
-			}
-			var ccs []*admissionregistrationv1.WebhookClientConfig
-			for i := range cfg.Webhooks {
-				ccs = append(ccs, &cfg.Webhooks[i].ClientConfig)
-			}
-			return ccs, func(ctx context.Context) error {
-				_, err := api.MutatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{})
-				return err
-			}, nil
-		}},
+		{"validatingwebhookconfiguration", k.validating, loader(api.ValidatingWebhookConfigurations(), k.validating,
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var ccs []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					ccs = append(ccs, &c.Webhooks[i].ClientConfig)
+				}
+				return ccs
+			})},
+		{"mutatingwebhookconfiguration", k.mutating, loader(api.MutatingWebhookConfigurations(), k.mutating,
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				var ccs []*admissionregistrationv1.WebhookClientConfig
+				for i := range c.Webhooks {
+					ccs = append(ccs, &c.Webhooks[i].ClientConfig)
+				}
+				return ccs
+			})},
+	}
+}
+
+// getUpdater is the part of a typed client the keeper uses.
+type getUpdater[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// loader reads one configuration and returns its client configs, to edit
+// in place, and a function writing the edited object back.
+func loader[T any](client getUpdater[T], name string, configs func(T) []*admissionregistrationv1.WebhookClientConfig) func(context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
+	return func(ctx context.Context) ([]*admissionregistrationv1.WebhookClientConfig, func(context.Context) error, error) {
+		obj, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return configs(obj), func(ctx context.Context) error {
+			_, err := client.Update(ctx, obj, metav1.UpdateOptions{})
+			return err
+		}, nil
 	}
 }

@@ -40,7 +40,7 @@ func BuildLeaseguard(dir string) (string, error) {
 type Leaseguard struct {
 	cmd        *exec.Cmd
 	done       chan struct{}
-	log        *syncBuffer
+	log        *SyncBuffer
 	MetricsURL string
 	ReadyURL   string
 }
@@ -68,7 +68,7 @@ func (c *ControlPlane) StartLeaseguard(binary, policyPath string, extraArgs ...s
 	l := &Leaseguard{
 		cmd:        exec.Command(binary, args...),
 		done:       make(chan struct{}),
-		log:        &syncBuffer{},
+		log:        &SyncBuffer{},
 		MetricsURL: "http://" + metricsAddr + "/metrics",
 		ReadyURL:   "http://" + probeAddr + "/readyz",
 	}
@@ -179,24 +179,27 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-type syncBuffer struct {
+// SyncBuffer collects a process's output safely from several goroutines.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns what was written.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-var _ io.Writer = (*syncBuffer)(nil)
+var _ io.Writer = (*SyncBuffer)(nil)
 
 // Gauge returns the value of an unlabelled gauge, or -1 when absent.
 func Gauge(families map[string]*dto.MetricFamily, name string) float64 {

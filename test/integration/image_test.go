@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,7 +84,7 @@ func TestImageBinaryIsStaticAndServesAsNonRoot(t *testing.T) {
 	cmd.Dir = "/"
 	cmd.Env = []string{"TMPDIR=/nonexistent", "HOME=/nonexistent"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
-	out := &syncOutput{}
+	out := &controlplane.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -105,21 +104,4 @@ func TestImageBinaryIsStaticAndServesAsNonRoot(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-type syncOutput struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (s *syncOutput) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncOutput) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
