@@ -97,6 +97,29 @@ func TestSelfManagedCertificates(t *testing.T) {
 	eventually(t, 60*time.Second, "the caBundles to follow the new CA", caBundleMatches)
 	eventually(t, 30*time.Second, "the API server to reach leaseguard with the new CA", write)
 
+	// A CA Secret overwritten with garbage is replaced by a valid CA too.
+	broken, err := secrets.Get(ctx, "leaseguard-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeGarbage := broken.Data["ca.crt"]
+	broken.Data = map[string][]byte{"ca.crt": []byte("garbage"), "tls.crt": []byte("garbage"), "tls.key": []byte("garbage")}
+	if _, err := secrets.Update(ctx, broken, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "a valid CA to replace the garbage", func() error {
+		s, err := secrets.Get(ctx, "leaseguard-ca", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(s.Data["ca.crt"], []byte("garbage")) || bytes.Equal(s.Data["ca.crt"], beforeGarbage) {
+			return fmt.Errorf("CA Secret not regenerated yet")
+		}
+		return nil
+	})
+	eventually(t, 60*time.Second, "the caBundles to follow the regenerated CA", caBundleMatches)
+	eventually(t, 30*time.Second, "the API server to reach leaseguard after the garbage", write)
+
 	// The 30s serving certificate is renewed before it expires.
 	served, err := servedCertificate(addr)
 	if err != nil {
