@@ -42,32 +42,70 @@ fmt-check: ## Fail when gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# Every Go module of the repository: the product, the measuring programs and
+# the pinned tools (vetted, linted and tested alike).
+MODULES := . test/perf
+
 .PHONY: vet
-vet: ## go vet, also of the dev-tagged command.
-	go vet ./...
-	go vet -tags dev ./cmd/...
+vet: ## go vet every module, also the dev-tagged command.
+	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
+	go vet -tags dev ./cmd/... ./internal/...
+
+GOLANGCI_LINT := bin/golangci-lint
+$(GOLANGCI_LINT): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && go build -o ../../$(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## golangci-lint (version pinned in hack/tools/go.mod, config .golangci.yml) on every module.
+	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(CURDIR)/$(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+
+.PHONY: check-tracked-files
+check-tracked-files: ## Fail when git tracks a binary or a file over 1 MiB.
+	hack/check-tracked-files.sh
+
+# `make test` never uses the caller's cluster: KUBECONFIG points at a server
+# that does not exist while the suite runs (hack/unreachable-kubeconfig.yaml),
+# so a test that reached for it would fail instead of writing to it. The e2e
+# suite runs against another cluster only with E2E_KUBECONFIG.
+TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG=
+# Packages run under the race detector: every package of the product and its
+# tests starts goroutines somewhere (handlers, reloaders, electors).
+GOTEST := $(TEST_ENV) go test -count=1 -race
 
 .PHONY: test
-test: controlplane fmt-check vet ## The whole suite: unit, integration against a real API server, fuzzing.
-	go test -count=1 ./...
-	$(MAKE) fuzz
+test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, e2e, fuzzing.
+	@rm -f bin/test-stages.txt
+	@hack/stage.sh controlplane $(MAKE) --no-print-directory controlplane
+	@hack/stage.sh check-tracked-files $(MAKE) --no-print-directory check-tracked-files
+	@hack/stage.sh fmt-vet $(MAKE) --no-print-directory fmt-check vet
+	@hack/stage.sh lint $(MAKE) --no-print-directory lint
+	@hack/stage.sh unit $(MAKE) --no-print-directory test-unit
+	@hack/stage.sh integration $(GOTEST) ./internal/... ./test/integration/... ./test/certs/...
+	@hack/stage.sh e2e $(GOTEST) ./test/e2e/...
+	@hack/stage.sh perf-programs $(MAKE) --no-print-directory test-perf
+	@hack/stage.sh fuzz $(MAKE) --no-print-directory fuzz
+	@echo "make test: every stage passed"; cat bin/test-stages.txt
 
 .PHONY: test-unit
-test-unit: ## Unit tests only (no control plane).
-	go test -count=1 -short ./webhook/... ./certs/... ./config/... ./cmd/...
+test-unit: ## Unit tests only (no control plane), under the race detector.
+	$(GOTEST) ./api/... ./webhook/... ./certs/... ./config/... ./cmd/...
+
+.PHONY: test-perf
+test-perf: ## Tests of the measuring programs (test/perf).
+	cd test/perf && $(GOTEST) ./...
 
 .PHONY: fuzz
-fuzz: ## Fuzz the decode-and-decide path for FUZZTIME.
+fuzz: ## Fuzz the decode-and-decide path for FUZZTIME, from the committed seed corpus.
 	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./webhook/admission
 
-BENCHSTAT ?= go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+BENCHSTAT := cd hack/tools && go tool benchstat
 
 .PHONY: bench
 bench: ## Benchmarks of the decision core and of the handler beside a no-op handler (docs/performance.md).
 	@mkdir -p bin
 	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/admission ./webhook/policy | tee bin/bench.txt
-	$(BENCHSTAT) -col /handler -filter '.name:Handler' bin/bench.txt
-	$(BENCHSTAT) -filter '.name:/Decide/' bin/bench.txt
+	$(BENCHSTAT) -col /handler -filter '.name:Handler' $(CURDIR)/bin/bench.txt
+	$(BENCHSTAT) -filter '.name:/Decide/' $(CURDIR)/bin/bench.txt
 
 ##@ Deployment
 
@@ -105,7 +143,7 @@ undeploy: manifests ## Remove leaseguard (webhook configurations first, so lease
 ##@ End-to-end
 
 .PHONY: test-e2e
-test-e2e: controlplane ## The e2e suite on the local control plane (or on $$KUBECONFIG's cluster when set).
+test-e2e: controlplane ## The e2e suite on the local control plane (or on the cluster of $$E2E_KUBECONFIG, only when set).
 	go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: test-e2e-kind
@@ -119,7 +157,7 @@ test-e2e-kind: ## kind cluster + image + cert-manager + leaseguard (config/e2e),
 	$(KUBECTL) --context kind-$(KIND_CLUSTER) apply --server-side -f dist/install.yaml
 	$(KUBECTL) --context kind-$(KIND_CLUSTER) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
 	$(KIND) get kubeconfig --name $(KIND_CLUSTER) > bin/kind-$(KIND_CLUSTER).kubeconfig
-	KUBECONFIG=$(CURDIR)/bin/kind-$(KIND_CLUSTER).kubeconfig KUBECTL=$(KUBECTL) go test -count=1 -v ./test/e2e/ -ginkgo.v
+	E2E_KUBECONFIG=$(CURDIR)/bin/kind-$(KIND_CLUSTER).kubeconfig KUBECTL=$(KUBECTL) go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: help
 help:

@@ -20,7 +20,7 @@ import (
 // cert-manager. The PKI is cert-manager's (its webhook's dynamic authority
 // and source). Every replica may run it at once: the CA Secret is created
 // once and then shared, and the caBundle updates are idempotent, so no leader
-// election is needed (SPEC §5).
+// election is needed (docs/design.md §5).
 type SelfManaged struct {
 	// Namespace and SecretName locate the CA Secret.
 	Namespace  string

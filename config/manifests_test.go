@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The safety rules of SPEC §5, checked on the shipped webhook configurations.
+// The safety rules of docs/design.md §5, checked on the shipped webhook configurations.
 func TestWebhookConfigurationsFollowTheSafetyRules(t *testing.T) {
 	mutating, validating, err := Webhooks()
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package v1alpha1 holds the LeasePolicy configuration file format
 // (apiVersion leaseguard.io/v1alpha1, kind LeasePolicy). Field names are part of
-// the product contract (SPEC §3); the file is decoded strictly, so the yaml tags
+// the product contract (docs/design.md §3); the file is decoded strictly, so the yaml tags
 // here are the only accepted spellings.
 package v1alpha1
 

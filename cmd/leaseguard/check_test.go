@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leaseguard/leaseguard/internal/testfixtures"
 )
 
 const (
@@ -19,31 +21,11 @@ const (
 	mclCtl   = "system:serviceaccount:multiclusterlease-system:default"
 )
 
-// checkPolicy is the SPEC §3 sample plus a deny rule and an audit rule for
-// plain leases.
-const checkPolicy = `apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-clockSkew: 2s
-rules:
-- name: kcc-mcl
-  resources: [multiclusterleases]
-  namespaces: [cnrm-system]
-  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
-  designation: auto
-  operators: ["` + operator + `"]
-  statusWriters: ["` + mclCtl + `"]
-  minRenewInterval: 5s
-  enforcement: deny
-- name: kcc-namespace-leases
-  resources: [leases]
-  namespaces: [cnrm-system]
-  bind:
-    manager: "system:serviceaccount:cnrm-system:cnrm-controller-manager-{ns}"
-    lease: "kcc-leader-{ns}"
-  holderBinding: pod
-  minRenewInterval: auto
-  enforcement: warn
-- name: app-leases
+// checkPolicy is Config Connector's namespace mode (docs/design.md §3)
+// plus a deny rule and an audit rule for plain leases.
+var checkPolicy = testfixtures.KCCPolicy(testfixtures.KCCOptions{ExtraRules: checkExtraRules})
+
+const checkExtraRules = `- name: app-leases
   resources: [leases]
   namespaces: [apps]
   managers: [alice, bob]
@@ -124,19 +106,18 @@ func (f *files) policy() string { return filepath.Join(f.dir, "policy.yaml") }
 
 // runCheck runs `leaseguard check args...` in process and returns its
 // output, its error and the process exit code main would use.
-func runCheck(t *testing.T, args ...string) (string, error, int) {
+func runCheck(t *testing.T, args ...string) (out string, code int, err error) {
 	t.Helper()
 	root := newRootCommand()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
+	var stdout, stderr bytes.Buffer
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
 	root.SetArgs(append([]string{"check"}, args...))
-	err := root.Execute()
-	code := 0
+	err = root.Execute()
 	if err != nil {
 		code = exitCode(err)
 	}
-	return out.String(), err, code
+	return stdout.String(), code, err
 }
 
 func TestCheckVerdicts(t *testing.T) {
@@ -331,7 +312,7 @@ func TestCheckVerdicts(t *testing.T) {
 			if !contains(args, "--now") {
 				args = append(args, "--now", nowFlag)
 			}
-			out, err, code := runCheck(t, args...)
+			out, code, err := runCheck(t, args...)
 			if out != tc.out {
 				t.Errorf("output:\n%s\nwant:\n%s", out, tc.out)
 			}
@@ -384,7 +365,7 @@ func TestCheckNowDecides(t *testing.T) {
 		{"2026-01-02T17:04:18+02:00", "ALLOW: rule kcc-mcl\n", 0},
 	}
 	for _, tc := range tests {
-		out, err, code := runCheck(t, append(base, "--now", tc.now)...)
+		out, code, err := runCheck(t, append(base, "--now", tc.now)...)
 		if out != tc.out || code != tc.code {
 			t.Errorf("--now %s: exit %d (%v), output:\n%s\nwant exit %d, output:\n%s", tc.now, code, err, out, tc.code, tc.out)
 		}
@@ -444,7 +425,7 @@ func TestCheckBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err, code := runCheck(t, tc.args...)
+			out, code, err := runCheck(t, tc.args...)
 			if err == nil {
 				t.Fatalf("check succeeded: %q", out)
 			}
@@ -482,7 +463,7 @@ func TestCheckUsageErrorsExit2(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err, code := runCheck(t, tc.args...)
+			out, code, err := runCheck(t, tc.args...)
 			if err == nil {
 				t.Fatalf("check succeeded: %q", out)
 			}

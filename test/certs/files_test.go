@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 )
 
 // Rotating the key pair on disk while lease writes go through the API server
@@ -31,7 +31,7 @@ func TestFileRotationUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cp.Stop()
+	defer func() { _ = cp.Stop() }()
 	admin, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 )
 
 // Self-managed mode from an empty namespace to a working webhook with no
@@ -27,7 +27,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cp.Stop()
+	defer func() { _ = cp.Stop() }()
 	admin, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 )
 
 var _ = Describe("the deployable package", func() {
@@ -36,8 +36,8 @@ var _ = Describe("the deployable package", func() {
 		}
 
 		// A dry-run creates no namespace, so the objects in it need a real one.
-		if out, err := kubectl("get", "namespace", "leaseguard-system"); err != nil {
-			out, err = kubectl("create", "namespace", "leaseguard-system")
+		if _, err := kubectl("get", "namespace", "leaseguard-system"); err != nil {
+			out, err := kubectl("create", "namespace", "leaseguard-system")
 			Expect(err).NotTo(HaveOccurred(), out)
 		}
 		// Each object on its own: created when new, replaced when it exists

@@ -2,9 +2,13 @@
 // mode played by impersonated manager identities against a real API server.
 //
 // By default it starts the local control plane (kube-apiserver, etcd) and the
-// real `leaseguard serve` with config/e2e/policy.yaml. With KUBECONFIG set it
-// runs unchanged against that cluster, where leaseguard must already be
-// deployed with the config/e2e overlay (`make test-e2e-kind` does all that).
+// real `leaseguard serve` with config/e2e/policy.yaml. It runs against another
+// cluster only when asked explicitly: with E2E_KUBECONFIG set it runs
+// unchanged against that cluster, where leaseguard must already be deployed
+// with the config/e2e overlay (`make test-e2e-kind` and `make
+// test-e2e-cluster` do all that). An ambient KUBECONFIG is never used: the
+// suite creates namespaces and a ClusterRole granting writes on every lease,
+// which have no place in a cluster nobody named for it.
 package e2e
 
 import (
@@ -24,8 +28,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 )
+
+// ExternalClusterVariable names the kubeconfig of a cluster to run against
+// instead of the local control plane.
+const ExternalClusterVariable = "E2E_KUBECONFIG"
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -68,8 +76,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	env.policyPath = filepath.Join(root, "config", "e2e", "policy.yaml")
 
-	if kc := os.Getenv("KUBECONFIG"); kc != "" {
-		By("using the cluster of KUBECONFIG " + kc + " (leaseguard deployed with config/e2e)")
+	if kc := os.Getenv(ExternalClusterVariable); kc != "" {
+		By("using the cluster of " + ExternalClusterVariable + "=" + kc + " (leaseguard deployed with config/e2e)")
 		env.kubeconfig = kc
 		env.config, err = clientcmd.BuildConfigFromFlags("", kc)
 		Expect(err).NotTo(HaveOccurred())

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 )
 
 // Shared by the tests of this package: one control plane, one leaseguard.
@@ -52,7 +52,7 @@ func run(m *testing.M) (int, error) {
 	if cp, err = controlplane.Start(controlplane.Options{}); err != nil {
 		return 0, err
 	}
-	defer cp.Stop()
+	defer func() { _ = cp.Stop() }()
 	kubeconfig = filepath.Join(tmp, "kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		return 0, err

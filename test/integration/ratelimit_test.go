@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 )
 
 // controller-runtime's leader-election defaults.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -119,7 +120,9 @@ func FuzzDecodeAndDecide(f *testing.F) {
 			return
 		}
 		var in admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &in); err != nil || in.Request == nil {
+		// Decoded as the API machinery decodes (case-sensitive field names),
+		// as controller-runtime does.
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil || in.Request == nil {
 			t.Fatalf("allowed a body that is not an AdmissionReview: %q", body)
 		}
 		preq, err := ToPolicyRequest(in.Request, testNow)

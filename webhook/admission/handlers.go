@@ -23,7 +23,7 @@ const (
 	MutatePath   = "/mutate-leases"
 )
 
-// Validator is the validating webhook: it enforces SPEC §4 on every guarded
+// Validator is the validating webhook: it enforces docs/design.md §4 on every guarded
 // write.
 type Validator struct {
 	Policies PolicySource

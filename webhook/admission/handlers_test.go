@@ -46,7 +46,7 @@ func TestValidatorVerdicts(t *testing.T) {
 			name:    "warn mode admits with a warning kubectl prints",
 			review:  review{kind: "Lease", operation: "CREATE", user: managerB, object: `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"kcc-leader-a","namespace":"cnrm-system"},"spec":{"holderIdentity":"x"}}`},
 			allowed: true,
-			warning: "leaseguard: rule team-leases: " + managerB + " may not write lease cnrm-system/kcc-leader-a (bound lease: kcc-leader-b)",
+			warning: "leaseguard: rule kcc-namespace-leases: " + managerB + " may not write lease cnrm-system/kcc-leader-a (bound lease: kcc-leader-b)",
 		},
 	}
 	for _, tc := range cases {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/leaseguard/leaseguard/internal/testfixtures"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
@@ -27,24 +27,9 @@ func init() {
 // testNow is the server clock of every test request.
 var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-const testPolicy = `apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-rules:
-- name: kcc-mcl
-  resources: [multiclusterleases]
-  namespaces: [cnrm-system]
-  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
-  designation: auto
-  statusWriters: ["system:serviceaccount:multiclusterlease-system:default"]
-  minRenewInterval: 5s
-- name: team-leases
-  resources: [leases]
-  namespaces: [cnrm-system]
-  bind:
-    manager: "system:serviceaccount:cnrm-system:cnrm-controller-manager-{ns}"
-    lease: "kcc-leader-{ns}"
-  enforcement: warn
-`
+// testPolicy is Config Connector's namespace mode: the shared
+// MultiClusterLease (deny) and the bound Leases (warn).
+var testPolicy = testfixtures.KCCPolicy(testfixtures.KCCOptions{NoOperators: true})
 
 func testPolicySource(t testing.TB) PolicySource {
 	t.Helper()
@@ -140,8 +125,6 @@ func post(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.Admissio
 	}
 	return rec.Code, out.Response
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func decodeReview(t testing.TB, body []byte) *admissionv1.AdmissionRequest {
 	t.Helper()

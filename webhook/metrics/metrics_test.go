@@ -22,7 +22,7 @@ func TestDecisionsAreCountedByRuleVerdictAndInvariant(t *testing.T) {
 	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Warn, Rule: "bound", Invariant: policy.InvariantBound}, time.Microsecond)
 	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Allow}, time.Microsecond)
 	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", DesignationChanged: true}, time.Microsecond)
-	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantDesignate, DesignationChanged: true}, time.Microsecond)
+	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantDesignationChange, DesignationChanged: true}, time.Microsecond)
 	r.BadRequest("validate")
 	r.PolicyReload(false)
 

@@ -21,7 +21,7 @@ func BenchmarkDecideRenewal(b *testing.B) {
 // BenchmarkDecideDenied measures a denial, which builds its message.
 func BenchmarkDecideDenied(b *testing.B) {
 	p, req := deniedFixture(b)
-	if d := Decide(p, req); d.Verdict != Deny || d.Invariant != InvariantDesignation {
+	if d := Decide(p, req); d.Verdict != Deny || d.Invariant != InvariantDesignatedWriter {
 		b.Fatalf("denied fixture decision %+v, want an I2 denial", d)
 	}
 	b.ReportAllocs()

@@ -12,7 +12,7 @@ import (
 )
 
 // NeverIntercepted are the namespaces the webhook configuration never sends
-// to leaseguard (SPEC §5); a rule that selects only these matches nothing.
+// to leaseguard (docs/design.md §5); a rule that selects only these matches nothing.
 // leaseguard's own namespace is added by the caller of Compile.
 var NeverIntercepted = []string{"kube-system", "kube-node-lease"}
 
@@ -80,15 +80,24 @@ func Compile(spec *v1alpha1.LeasePolicy, opts CompileOptions) (*Policy, field.Er
 }
 
 func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.Duration) (*Rule, field.ErrorList) {
-	var errs field.ErrorList
 	r := &Rule{Name: in.Name}
+	var errs field.ErrorList
+	errs = append(errs, r.compileSelection(in, path, never)...)
+	errs = append(errs, r.compileIdentities(in, path)...)
+	errs = append(errs, r.compileRenewals(in, path, skew)...)
+	errs = append(errs, r.compileEnforcement(in, path)...)
+	return r, errs
+}
 
+// compileSelection reads what the rule selects: its name, resources,
+// namespaces and names.
+func (r *Rule) compileSelection(in *v1alpha1.Rule, path *field.Path, never []string) field.ErrorList {
+	var errs field.ErrorList
 	if in.Name == "" {
 		errs = append(errs, field.Required(path.Child("name"), "rules are named in messages and metrics"))
 	} else if msgs := validation.IsDNS1123Subdomain(in.Name); len(msgs) > 0 {
 		errs = append(errs, field.Invalid(path.Child("name"), in.Name, strings.Join(msgs, "; ")))
 	}
-
 	if len(in.Resources) == 0 {
 		errs = append(errs, field.Required(path.Child("resources"), "name leases and/or multiclusterleases"))
 	}
@@ -100,18 +109,22 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.
 			errs = append(errs, field.NotSupported(path.Child("resources").Index(i), res, []string{string(Leases), string(MultiClusterLeases)}))
 		}
 	}
-
 	r.namespaces, errs = compileGlobs(in.Namespaces, path.Child("namespaces"), errs)
 	r.names, errs = compileGlobs(in.Names, path.Child("names"), errs)
-	r.managers, errs = compileGlobs(in.Managers, path.Child("managers"), errs)
-	r.operators, errs = compileGlobs(in.Operators, path.Child("operators"), errs)
-	r.statusWriters, errs = compileGlobs(in.StatusWriters, path.Child("statusWriters"), errs)
-
 	if len(r.namespaces) > 0 && onlyNeverIntercepted(r.namespaces, never) {
 		errs = append(errs, field.Invalid(path.Child("namespaces"), in.Namespaces,
 			"matches nothing: leaseguard is never called for "+strings.Join(never, ", ")))
 	}
+	return errs
+}
 
+// compileIdentities reads who is who: managers, the bound-lease template,
+// the designation, operators, status writers and the holder binding.
+func (r *Rule) compileIdentities(in *v1alpha1.Rule, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	r.managers, errs = compileGlobs(in.Managers, path.Child("managers"), errs)
+	r.operators, errs = compileGlobs(in.Operators, path.Child("operators"), errs)
+	r.statusWriters, errs = compileGlobs(in.StatusWriters, path.Child("statusWriters"), errs)
 	if in.Bind != nil {
 		b, err := compileBind(in.Bind.Manager, in.Bind.Lease)
 		if err != nil {
@@ -119,7 +132,6 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.
 		}
 		r.bind = b
 	}
-
 	switch d := strings.TrimSpace(in.Designation); {
 	case d == "":
 		r.designation = DesignationNone
@@ -132,12 +144,10 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.
 	default:
 		r.designation, r.fixedManager = DesignationFixed, d
 	}
-
 	if len(in.Managers) == 0 && in.Bind == nil && r.designation != DesignationFixed {
 		errs = append(errs, field.Required(path.Child("managers"),
 			"matches nothing: a rule without managers, bind or a fixed designation lets only operators write"))
 	}
-
 	switch in.HolderBinding {
 	case "", "none":
 		r.holderBinding = HolderBindingNone
@@ -148,34 +158,46 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.
 	default:
 		errs = append(errs, field.NotSupported(path.Child("holderBinding"), in.HolderBinding, []string{"none", "pod", "username"}))
 	}
+	return errs
+}
 
-	timings, timingErrs := compileTimings(in.AssumedClient, path.Child("assumedClient"))
-	errs = append(errs, timingErrs...)
+// compileRenewals reads the clients' timings and the renewal interval,
+// checking that the interval is one those clients survive.
+func (r *Rule) compileRenewals(in *v1alpha1.Rule, path *field.Path, skew time.Duration) field.ErrorList {
+	timings, errs := compileTimings(in.AssumedClient, path.Child("assumedClient"))
 	r.maxRenewInterval = timings.MaxRenewInterval(skew)
 	limits := in.MinRenewInterval != nil && (in.MinRenewInterval.Auto || in.MinRenewInterval.Duration > 0)
-	if limits && len(timingErrs) == 0 && r.maxRenewInterval <= 0 {
-		timingErrs = append(timingErrs, field.Invalid(path.Child("assumedClient"), fmt.Sprintf("%s/%s/%s", timings.LeaseDuration, timings.RenewDeadline, timings.RetryPeriod),
-			fmt.Sprintf("leaves no room for rate limiting with clockSkew %s: the longest interval these clients survive, min(renewDeadline + retryPeriod, leaseDuration) - 2s - clockSkew, is %s; drop minRenewInterval or lower clockSkew", skew, r.maxRenewInterval)))
-		errs = append(errs, timingErrs...)
+	timingsValid := len(errs) == 0
+	if limits && timingsValid && r.maxRenewInterval <= 0 {
+		errs = append(errs, field.Invalid(path.Child("assumedClient"), timings.String(), fmt.Sprintf(
+			"leaves no room for rate limiting with clockSkew %s: the longest interval these clients survive, "+
+				"min(renewDeadline + retryPeriod, leaseDuration) - 2s - clockSkew, is %s; drop minRenewInterval or lower clockSkew",
+			skew, r.maxRenewInterval)))
+		timingsValid = false
 	}
-	if in.MinRenewInterval != nil {
-		if in.MinRenewInterval.Auto {
-			r.autoRenew = true
-		} else {
-			iv := in.MinRenewInterval.Duration
-			ivPath := path.Child("minRenewInterval")
-			switch max := r.maxRenewInterval; {
-			case iv < 0:
-				errs = append(errs, field.Invalid(ivPath, iv.String(), "must not be negative"))
-			case len(timingErrs) == 0 && iv > 0 && iv > max:
-				errs = append(errs, field.Invalid(ivPath, iv.String(), fmt.Sprintf(
-					"clients with leaseDuration %s, renewDeadline %s, retryPeriod %s would lose their lease: a renewal held back that long misses the renew deadline (with clockSkew %s); use at most %s or \"auto\", or, if the clients renew with longer timings, declare them in assumedClient",
-					timings.LeaseDuration, timings.RenewDeadline, timings.RetryPeriod, skew, max)))
-			}
-			r.minRenewInterval = iv
-		}
+	if in.MinRenewInterval == nil {
+		return errs
 	}
+	if in.MinRenewInterval.Auto {
+		r.autoRenew = true
+		return errs
+	}
+	iv := in.MinRenewInterval.Duration
+	ivPath := path.Child("minRenewInterval")
+	switch limit := r.maxRenewInterval; {
+	case iv < 0:
+		errs = append(errs, field.Invalid(ivPath, iv.String(), "must not be negative"))
+	case timingsValid && iv > 0 && iv > limit:
+		errs = append(errs, field.Invalid(ivPath, iv.String(), fmt.Sprintf(
+			"clients with %s would lose their lease: a renewal held back that long misses the renew deadline (with clockSkew %s); "+
+				"use at most %s or \"auto\", or, if the clients renew with longer timings, declare them in assumedClient",
+			timings.Describe(), skew, limit)))
+	}
+	r.minRenewInterval = iv
+	return errs
+}
 
+func (r *Rule) compileEnforcement(in *v1alpha1.Rule, path *field.Path) field.ErrorList {
 	switch in.Enforcement {
 	case "", "deny":
 		r.enforcement = EnforceDeny
@@ -184,9 +206,9 @@ func compileRule(in *v1alpha1.Rule, path *field.Path, never []string, skew time.
 	case "audit":
 		r.enforcement = EnforceAudit
 	default:
-		errs = append(errs, field.NotSupported(path.Child("enforcement"), in.Enforcement, []string{"deny", "warn", "audit"}))
+		return field.ErrorList{field.NotSupported(path.Child("enforcement"), in.Enforcement, []string{"deny", "warn", "audit"})}
 	}
-	return r, errs
+	return nil
 }
 
 func compileGlobs(in []string, path *field.Path, errs field.ErrorList) (globs, field.ErrorList) {
@@ -297,7 +319,7 @@ func compileTimings(in *v1alpha1.ClientTimings, path *field.Path) (ClientTimings
 	set(in.RenewDeadline, "renewDeadline", &t.RenewDeadline)
 	set(in.RetryPeriod, "retryPeriod", &t.RetryPeriod)
 	if len(errs) == 0 && !(t.RetryPeriod < t.RenewDeadline && t.RenewDeadline < t.LeaseDuration) {
-		errs = append(errs, field.Invalid(path, fmt.Sprintf("%s/%s/%s", t.LeaseDuration, t.RenewDeadline, t.RetryPeriod),
+		errs = append(errs, field.Invalid(path, t.String(),
 			"want retryPeriod < renewDeadline < leaseDuration, as client-go's leader election requires"))
 	}
 	return t, errs

@@ -132,7 +132,7 @@ func (c *check) designationChange() (Decision, bool) {
 	req, caller := c.req, &c.req.Caller
 	mode := c.rule.designation
 	if mode == DesignationByAnnotation || mode == DesignationFixed {
-		return c.deny(InvariantDesignate, http.StatusForbidden,
+		return c.deny(InvariantDesignationChange, http.StatusForbidden,
 			"may not change annotation "+DesignationAnnotation+" of", "only operators may: "+orNone(c.rule.operators.String())), false
 	}
 	old := req.Old
@@ -143,15 +143,15 @@ func (c *check) designationChange() (Decision, bool) {
 		if oldSet && old.Designated == caller.Username {
 			return Decision{}, true
 		}
-		return c.deny(InvariantDesignate, http.StatusForbidden,
+		return c.deny(InvariantDesignationChange, http.StatusForbidden,
 			"may not remove annotation "+DesignationAnnotation+" of", "designated: "+c.designatedOf(old)), false
 	}
 	if req.New.Designated != caller.Username {
-		return c.deny(InvariantDesignate, http.StatusForbidden,
+		return c.deny(InvariantDesignationChange, http.StatusForbidden,
 			"may not designate "+clip(req.New.Designated)+" for", "a manager may designate only itself"), false
 	}
 	if oldSet && old.Designated != caller.Username && c.fresh(old) {
-		return c.deny(InvariantDesignate, http.StatusForbidden,
+		return c.deny(InvariantDesignationChange, http.StatusForbidden,
 			"may not take over the designation of", "designated: "+c.relative(old.Designated)+", stale in "+c.staleIn(old)), false
 	}
 	return Decision{}, true
@@ -167,17 +167,17 @@ func (c *check) designated() (Decision, bool) {
 		if caller.Username == c.rule.fixedManager {
 			return Decision{}, true
 		}
-		return c.deny(InvariantDesignation, http.StatusForbidden, "is not the designated manager of",
+		return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "is not the designated manager of",
 			"designated: "+c.relative(c.rule.fixedManager)), false
 	case DesignationByAnnotation:
 		if req.Old != nil && req.Old.HasDesignation && req.Old.Designated == caller.Username {
 			return Decision{}, true
 		}
 		if req.Old == nil || !req.Old.HasDesignation || req.Old.Designated == "" {
-			return c.deny(InvariantDesignation, http.StatusForbidden, "may not write",
+			return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "may not write",
 				"no designated manager yet: an operator sets annotation "+DesignationAnnotation), false
 		}
-		return c.deny(InvariantDesignation, http.StatusForbidden, "is not the designated manager of",
+		return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "is not the designated manager of",
 			"designated: "+c.relative(req.Old.Designated)), false
 	}
 	// Auto: an absent designation is taken by the first writer; a stale one
@@ -186,7 +186,7 @@ func (c *check) designated() (Decision, bool) {
 	if old == nil || !old.HasDesignation || old.Designated == "" || old.Designated == caller.Username || !c.fresh(old) {
 		return Decision{}, true
 	}
-	return c.deny(InvariantDesignation, http.StatusForbidden, "is not the designated manager of",
+	return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "is not the designated manager of",
 		"designated: "+c.relative(old.Designated)+", stale in "+c.staleIn(old)), false
 }
 

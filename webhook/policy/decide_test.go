@@ -8,34 +8,19 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/leaseguard/leaseguard/internal/testfixtures"
 )
 
-// decidePolicy holds one rule per scenario, each in its own namespace.
-const decidePolicy = `
-apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-clockSkew: 2s
-rules:
-- name: kcc-mcl
-  resources: [multiclusterleases]
-  namespaces: [cnrm-system]
-  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
-  designation: auto
-  operators: ["system:serviceaccount:configconnector-operator-system:configconnector-operator"]
-  statusWriters: ["system:serviceaccount:multiclusterlease-system:default"]
-  minRenewInterval: 5s
-  enforcement: deny
-- name: kcc-namespace-leases
-  resources: [leases]
-  namespaces: [cnrm-system]
-  managers: ["system:serviceaccount:cnrm-system:*"]
-  bind:
-    manager: "system:serviceaccount:cnrm-system:cnrm-controller-manager-{ns}"
-    lease: "kcc-leader-{ns}"
-  holderBinding: pod
-  minRenewInterval: auto
-  enforcement: deny
-- name: auto
+// decidePolicy holds one rule per scenario, each in its own namespace,
+// after Config Connector's two rules.
+var decidePolicy = testfixtures.KCCPolicy(testfixtures.KCCOptions{
+	BoundLeaseManagers:    []string{"system:serviceaccount:cnrm-system:*"},
+	BoundLeaseEnforcement: "deny",
+	ExtraRules:            decideExtraRules,
+})
+
+const decideExtraRules = `- name: auto
   resources: [leases, multiclusterleases]
   namespaces: [team-auto]
   managers: ["user:mgr-*"]
@@ -275,33 +260,33 @@ func genericCases(res Resource) []decideCase {
 		want: allowRenewal("auto", 10*sec)})
 	add(decideCase{name: "I2 other manager renews while fresh", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "7s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "7s"))})
 	add(decideCase{name: "I2 other manager 1s before stale", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(16*sec)), now: 16 * sec,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
 	add(decideCase{name: "I2 other manager 1ns before expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(17*sec-1)), now: 17*sec - 1,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
 	add(decideCase{name: "I2 other manager exactly at expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(17*sec)), now: 17 * sec,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "0s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "0s"))})
 	add(decideCase{name: "I2 other manager 1ns after expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(17*sec+1)), now: 17*sec + 1,
 		want: allowRenewal("auto", 17*sec+1)})
 	add(decideCase{name: "I2 staleness with 30s lease duration", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), leaseDur(30*sec)), new: obj("team-auto", desig("user:mgr-a"), leaseDur(30*sec), renewAt(31*sec)), now: 31 * sec,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
 	add(decideCase{name: "I2 staleness from creation time without renew/acquire time and default duration", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), noRenew(), noAcquire(), leaseDur(0), createdAt(0)),
 		new: obj("team-auto", desig("user:mgr-a"), noAcquire(), leaseDur(0), createdAt(0), renewAt(16*sec)), now: 16 * sec,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
 	add(decideCase{name: "I2 stale from creation time admits other manager", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), noRenew(), noAcquire(), leaseDur(0), createdAt(0)),
 		new: obj("team-auto", desig("user:mgr-a"), noAcquire(), leaseDur(0), createdAt(0), renewAt(18*sec)), now: 18 * sec,
 		want: allow("auto")})
 	add(decideCase{name: "I2 other manager deletes while fresh", op: del, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignation, i2auto("user:mgr-b", "7s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "7s"))})
 	add(decideCase{name: "I2 other manager deletes when stale", op: del, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), now: 20 * sec, want: allow("auto")})
 	add(decideCase{name: "I2 designated manager deletes", op: del, caller: mgrA,
@@ -316,19 +301,19 @@ func genericCases(res Resource) []decideCase {
 	}
 	add(decideCase{name: "I3 takeover while fresh", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b"), takeover(res, "h2", 10*sec)), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3takeover("7s"))})
+		want: denyMsg("auto", InvariantDesignationChange, i3takeover("7s"))})
 	add(decideCase{name: "I3 takeover 1s before stale", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b"), takeover(res, "h2", 16*sec)), now: 16 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3takeover("1s"))})
+		want: denyMsg("auto", InvariantDesignationChange, i3takeover("1s"))})
 	add(decideCase{name: "I3 takeover exactly at expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b"), takeover(res, "h2", 17*sec)), now: 17 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3takeover("0s"))})
+		want: denyMsg("auto", InvariantDesignationChange, i3takeover("0s"))})
 	add(decideCase{name: "I3 takeover 1ns after expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b"), takeover(res, "h2", 17*sec+1)), now: 17*sec + 1,
 		want: allowDesig("auto")})
 	add(decideCase{name: "I3 designate itself without spec change while fresh", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b")), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3takeover("7s"))})
+		want: denyMsg("auto", InvariantDesignationChange, i3takeover("7s"))})
 	add(decideCase{name: "I3 designate itself without spec change when stale", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b")), now: 20 * sec,
 		want: allowDesig("auto")})
@@ -337,13 +322,13 @@ func genericCases(res Resource) []decideCase {
 		want: allowDesig("auto")})
 	add(decideCase{name: "I3 manager designates someone else", op: upd, caller: mgrA,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-b")), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignate, "leaseguard: rule auto: user:mgr-a may not designate user:mgr-b for "+k+" team-auto/l (a manager may designate only itself)")})
+		want: denyMsg("auto", InvariantDesignationChange, "leaseguard: rule auto: user:mgr-a may not designate user:mgr-b for "+k+" team-auto/l (a manager may designate only itself)")})
 	add(decideCase{name: "I3 manager designates someone else on create", op: cre, caller: mgrA,
 		new: obj("team-auto", desig("user:mgr-b")), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignate, "leaseguard: rule auto: user:mgr-a may not designate user:mgr-b for "+k+" team-auto/l (a manager may designate only itself)")})
+		want: denyMsg("auto", InvariantDesignationChange, "leaseguard: rule auto: user:mgr-a may not designate user:mgr-b for "+k+" team-auto/l (a manager may designate only itself)")})
 	add(decideCase{name: "I3 manager designates someone else on a stale object", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-c")), now: 20 * sec,
-		want: denySub("auto", InvariantDesignate, "may not designate user:mgr-c for "+k+" team-auto/l")})
+		want: denySub("auto", InvariantDesignationChange, "may not designate user:mgr-c for "+k+" team-auto/l")})
 	add(decideCase{name: "I3 designated manager removes its annotation", op: upd, caller: mgrA,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto"), now: 10 * sec,
 		want: allowDesig("auto")})
@@ -353,13 +338,13 @@ func genericCases(res Resource) []decideCase {
 	i3remove := "leaseguard: rule auto: user:mgr-b may not remove annotation leaseguard.io/designated-manager of " + k + " team-auto/l (designated: user:mgr-a)"
 	add(decideCase{name: "I3 other manager removes a fresh designation", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto"), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3remove)})
+		want: denyMsg("auto", InvariantDesignationChange, i3remove)})
 	add(decideCase{name: "I3 other manager removes a stale designation", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto"), now: 60 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3remove)})
+		want: denyMsg("auto", InvariantDesignationChange, i3remove)})
 	add(decideCase{name: "I3 other manager empties the annotation", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("")), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignate, i3remove)})
+		want: denyMsg("auto", InvariantDesignationChange, i3remove)})
 
 	// --- annotation mode ---
 	i2annot := "leaseguard: rule annot: user:mgr-b is not the designated manager of " + k + " team-annot/l (designated: user:mgr-a)"
@@ -380,21 +365,21 @@ func genericCases(res Resource) []decideCase {
 		want: allowRenewal("annot", 0)})
 	add(decideCase{name: "I2 annotation other manager", op: upd, caller: mgrB,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignation, i2annot)})
+		want: denyMsg("annot", InvariantDesignatedWriter, i2annot)})
 	add(decideCase{name: "I2 annotation other manager after expiry (no staleness in annotation mode)", op: upd, caller: mgrB,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), takeover(res, "h2", 60*sec)), now: 60 * sec,
-		want: denyMsg("annot", InvariantDesignation, i2annot)})
+		want: denyMsg("annot", InvariantDesignatedWriter, i2annot)})
 	add(decideCase{name: "I2 annotation other manager deletes", op: del, caller: mgrB,
-		old: obj("team-annot", desig("user:mgr-a")), now: 10 * sec, want: denyMsg("annot", InvariantDesignation, i2annot)})
+		old: obj("team-annot", desig("user:mgr-a")), now: 10 * sec, want: denyMsg("annot", InvariantDesignatedWriter, i2annot)})
 	add(decideCase{name: "annotation designated manager deletes", op: del, caller: mgrA,
 		old: obj("team-annot", desig("user:mgr-a")), now: 10 * sec, want: allow("annot")})
 	add(decideCase{name: "I2 annotation absent: manager spec write", op: upd, caller: mgrA,
 		old: obj("team-annot"), new: obj("team-annot", renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignation, i2annotNone)})
+		want: denyMsg("annot", InvariantDesignatedWriter, i2annotNone)})
 	add(decideCase{name: "I2 annotation absent: manager create", op: cre, caller: mgrA,
-		new: obj("team-annot"), now: 10 * sec, want: denyMsg("annot", InvariantDesignation, i2annotNone)})
+		new: obj("team-annot"), now: 10 * sec, want: denyMsg("annot", InvariantDesignatedWriter, i2annotNone)})
 	add(decideCase{name: "I2 annotation absent: manager delete", op: del, caller: mgrA,
-		old: obj("team-annot"), now: 10 * sec, want: denyMsg("annot", InvariantDesignation, i2annotNone)})
+		old: obj("team-annot"), now: 10 * sec, want: denyMsg("annot", InvariantDesignatedWriter, i2annotNone)})
 	add(decideCase{name: "annotation absent: metadata-only update admitted", op: upd, caller: mgrA,
 		old: obj("team-annot"), new: obj("team-annot"), now: 10 * sec, want: allow("annot")})
 	add(decideCase{name: "annotation other manager metadata-only update", op: upd, caller: mgrB,
@@ -402,19 +387,19 @@ func genericCases(res Resource) []decideCase {
 		want: allow("annot")})
 	add(decideCase{name: "I3 annotation designated manager hands over", op: upd, caller: mgrA,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-b")), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignate, i3annot("user:mgr-a"))})
+		want: denyMsg("annot", InvariantDesignationChange, i3annot("user:mgr-a"))})
 	add(decideCase{name: "I3 annotation manager designates itself when absent", op: upd, caller: mgrA,
 		old: obj("team-annot"), new: obj("team-annot", desig("user:mgr-a")), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignate, i3annot("user:mgr-a"))})
+		want: denyMsg("annot", InvariantDesignationChange, i3annot("user:mgr-a"))})
 	add(decideCase{name: "I3 annotation manager takes over after expiry", op: upd, caller: mgrB,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-b")), now: 60 * sec,
-		want: denyMsg("annot", InvariantDesignate, i3annot("user:mgr-b"))})
+		want: denyMsg("annot", InvariantDesignationChange, i3annot("user:mgr-b"))})
 	add(decideCase{name: "I3 annotation designated manager removes it", op: upd, caller: mgrA,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot"), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignate, i3annot("user:mgr-a"))})
+		want: denyMsg("annot", InvariantDesignationChange, i3annot("user:mgr-a"))})
 	add(decideCase{name: "I3 annotation manager creates with its own annotation", op: cre, caller: mgrA,
 		new: obj("team-annot", desig("user:mgr-a")), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignate, i3annot("user:mgr-a"))})
+		want: denyMsg("annot", InvariantDesignationChange, i3annot("user:mgr-a"))})
 
 	// --- fixed designation ---
 	i2fixed := "leaseguard: rule fixed: user:mgr-a is not the designated manager of " + k + " team-fixed/l (designated: user:mgr-fixed)"
@@ -426,19 +411,19 @@ func genericCases(res Resource) []decideCase {
 		old: obj("team-fixed"), now: 10 * sec, want: allow("fixed")})
 	add(decideCase{name: "I2 fixed other manager renews", op: upd, caller: mgrA,
 		old: obj("team-fixed"), new: obj("team-fixed", renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("fixed", InvariantDesignation, i2fixed)})
+		want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
 	add(decideCase{name: "I2 fixed other manager renews stale lease", op: upd, caller: mgrA,
 		old: obj("team-fixed"), new: obj("team-fixed", renewAt(60*sec)), now: 60 * sec,
-		want: denyMsg("fixed", InvariantDesignation, i2fixed)})
+		want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
 	add(decideCase{name: "I2 fixed other manager creates", op: cre, caller: mgrA,
-		new: obj("team-fixed"), now: 10 * sec, want: denyMsg("fixed", InvariantDesignation, i2fixed)})
+		new: obj("team-fixed"), now: 10 * sec, want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
 	add(decideCase{name: "I2 fixed other manager deletes", op: del, caller: mgrA,
-		old: obj("team-fixed"), now: 10 * sec, want: denyMsg("fixed", InvariantDesignation, i2fixed)})
+		old: obj("team-fixed"), now: 10 * sec, want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
 	add(decideCase{name: "fixed other manager metadata-only update", op: upd, caller: mgrA,
 		old: obj("team-fixed"), new: obj("team-fixed"), now: 10 * sec, want: allow("fixed")})
 	add(decideCase{name: "I3 fixed manager sets the annotation", op: upd, caller: mgrFixed,
 		old: obj("team-fixed"), new: obj("team-fixed", desig("user:mgr-fixed")), now: 10 * sec,
-		want: denyMsg("fixed", InvariantDesignate, "leaseguard: rule fixed: user:mgr-fixed may not change annotation leaseguard.io/designated-manager of "+k+" team-fixed/l (only operators may: user:op)")})
+		want: denyMsg("fixed", InvariantDesignationChange, "leaseguard: rule fixed: user:mgr-fixed may not change annotation leaseguard.io/designated-manager of "+k+" team-fixed/l (only operators may: user:op)")})
 	add(decideCase{name: "I1 fixed stranger", op: upd, caller: stranger,
 		old: obj("team-fixed"), new: obj("team-fixed", renewAt(10*sec)), now: 10 * sec,
 		want: denyMsg("fixed", InvariantManager, "leaseguard: rule fixed: user:stranger is not a manager of "+k+" team-fixed/l (managers: user:mgr-*, user:mgr-fixed)")})
@@ -449,7 +434,7 @@ func genericCases(res Resource) []decideCase {
 		want: denyMsg("fixed-only", InvariantManager, "leaseguard: rule fixed-only: user:stranger is not a manager of "+k+" team-fixed-only/l (managers: svc:writer)")})
 	add(decideCase{name: "I3 fixed-only without operators", op: upd, caller: svcFixed,
 		old: obj("team-fixed-only"), new: obj("team-fixed-only", desig("svc:writer")), now: 10 * sec,
-		want: denyMsg("fixed-only", InvariantDesignate, "leaseguard: rule fixed-only: svc:writer may not change annotation leaseguard.io/designated-manager of "+k+" team-fixed-only/l (only operators may: none)")})
+		want: denyMsg("fixed-only", InvariantDesignationChange, "leaseguard: rule fixed-only: svc:writer may not change annotation leaseguard.io/designated-manager of "+k+" team-fixed-only/l (only operators may: none)")})
 
 	// --- I4 fencing ---
 	i4 := func(expiresIn string) string {
@@ -663,7 +648,7 @@ func genericCases(res Resource) []decideCase {
 			msg: "leaseguard: rule warn: user:stranger is not a manager of " + k + " team-warn/l (managers: user:mgr-*)"}})
 	add(decideCase{name: "warn not designated", op: upd, caller: mgrB,
 		old: obj("team-warn", desig("user:mgr-a")), new: obj("team-warn", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
-		want: want{verdict: Warn, rule: "warn", inv: InvariantDesignation,
+		want: want{verdict: Warn, rule: "warn", inv: InvariantDesignatedWriter,
 			msg: "leaseguard: rule warn: user:mgr-b is not the designated manager of " + k + " team-warn/l (designated: user:mgr-a, stale in 7s)"}})
 	add(decideCase{name: "warn admitted write is a plain allow", op: upd, caller: mgrA,
 		old: obj("team-warn"), new: obj("team-warn", renewAt(10*sec)), now: 10 * sec,
@@ -674,11 +659,11 @@ func genericCases(res Resource) []decideCase {
 			msg: i6("audit", "team-audit", "2s", "5s")}})
 	add(decideCase{name: "audit not designated", op: del, caller: mgrB,
 		old: obj("team-audit", desig("user:mgr-a")), now: 10 * sec,
-		want: want{verdict: Audit, rule: "audit", inv: InvariantDesignation,
+		want: want{verdict: Audit, rule: "audit", inv: InvariantDesignatedWriter,
 			msg: "leaseguard: rule audit: user:mgr-b is not the designated manager of " + k + " team-audit/l (designated: user:mgr-a, stale in 7s)"}})
 	add(decideCase{name: "audit takeover while fresh", op: upd, caller: mgrB,
 		old: obj("team-audit", desig("user:mgr-a")), new: obj("team-audit", desig("user:mgr-b")), now: 10 * sec,
-		want: want{verdict: Audit, rule: "audit", inv: InvariantDesignate,
+		want: want{verdict: Audit, rule: "audit", inv: InvariantDesignationChange,
 			msg: "leaseguard: rule audit: user:mgr-b may not take over the designation of " + k + " team-audit/l (designated: user:mgr-a, stale in 7s)"}})
 	add(decideCase{name: "audit holder change before expiry", op: upd, caller: mgrB,
 		old: obj("team-audit"), new: obj("team-audit", takeover(res, "h2", 10*sec)), now: 10 * sec,
@@ -748,7 +733,7 @@ func leaseOnlyCases() []decideCase {
 	add(decideCase{name: "I2 staleness from acquireTime without renewTime", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), noRenew(), acquireAt(0)),
 		new: obj("team-auto", desig("user:mgr-a"), acquireAt(0), renewAt(16*sec)), now: 16 * sec,
-		want: denyMsg("auto", InvariantDesignation, "leaseguard: rule auto: user:mgr-b is not the designated manager of lease team-auto/l (designated: user:mgr-a, stale in 1s)")})
+		want: denyMsg("auto", InvariantDesignatedWriter, "leaseguard: rule auto: user:mgr-b is not the designated manager of lease team-auto/l (designated: user:mgr-a, stale in 1s)")})
 	add(decideCase{name: "I2 stale from acquireTime admits other manager", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), noRenew(), acquireAt(0)),
 		new: obj("team-auto", desig("user:mgr-a"), acquireAt(0), renewAt(18*sec)), now: 18 * sec,
@@ -878,7 +863,7 @@ func mclOnlyCases() []decideCase {
 		want: allowRenewal("kcc-mcl", 5*sec)})
 	add(decideCase{name: "kcc-mcl documented I2 message", op: upd, caller: kccMgrB,
 		old: kcc(desig(a)), new: kcc(desig(a), renewAt(5*sec)), now: 5 * sec,
-		want: denyMsg("kcc-mcl", InvariantDesignation, "leaseguard: rule kcc-mcl: system:serviceaccount:cnrm-system:cnrm-controller-manager-b is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)")})
+		want: denyMsg("kcc-mcl", InvariantDesignatedWriter, "leaseguard: rule kcc-mcl: system:serviceaccount:cnrm-system:cnrm-controller-manager-b is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)")})
 	add(decideCase{name: "kcc-mcl takeover after stale", op: upd, caller: kccMgrB,
 		old: kcc(desig(a)), new: kcc(desig(kccMgrB.Username), renewAt(17*sec+1)), now: 17*sec + 1,
 		want: want{verdict: Allow, rule: "kcc-mcl", desig: true, renewal: 17*sec + 1}})
@@ -994,7 +979,7 @@ func checkDecision(t *testing.T, d *Decision, caller string, w want) {
 	}
 }
 
-// checkMessage asserts SPEC §4's message shape: one line, under 256 bytes.
+// checkMessage asserts docs/design.md §4's message shape: one line, under 256 bytes.
 func checkMessage(t *testing.T, msg string) {
 	t.Helper()
 	if msg == "" {
@@ -1030,7 +1015,7 @@ func TestDecideCoversEveryInvariant(t *testing.T) {
 			allowed[c.res] = true
 		}
 	}
-	invs := []Invariant{InvariantManager, InvariantDesignation, InvariantDesignate, InvariantFencing,
+	invs := []Invariant{InvariantManager, InvariantDesignatedWriter, InvariantDesignationChange, InvariantFencing,
 		InvariantHolder, InvariantRenewalRate, InvariantRenewTime, InvariantBound}
 	for _, res := range bothResources {
 		for _, inv := range invs {
@@ -1129,7 +1114,7 @@ rules:
 }
 
 // TestDenialMessagesHostileValues feeds values the client controls (holder,
-// annotation) and long values into denial messages: SPEC §4 requires every
+// annotation) and long values into denial messages: docs/design.md §4 requires every
 // denial to be one line under 256 characters.
 func TestDenialMessagesHostileValues(t *testing.T) {
 	p := mustCompile(t, decidePolicy)
@@ -1146,9 +1131,9 @@ func TestDenialMessagesHostileValues(t *testing.T) {
 		{"newline in holder (I4)", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
 			Old: mk(MultiClusterLeases, "team-open", "l"), New: mk(MultiClusterLeases, "team-open", "l", holder("h2\r\nX-Injected: 1")), Now: t0.Add(10 * sec)}, InvariantFencing},
 		{"newline in designation annotation (I3)", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
-			Old: mk(Leases, "team-auto", "l"), New: mk(Leases, "team-auto", "l", desig("user:mgr-b\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignate},
+			Old: mk(Leases, "team-auto", "l"), New: mk(Leases, "team-auto", "l", desig("user:mgr-b\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignationChange},
 		{"newline in stored designation (I2)", &Request{Resource: Leases, Operation: Delete, Caller: mgrB,
-			Old: mk(Leases, "team-auto", "l", desig("user:mgr-a\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignation},
+			Old: mk(Leases, "team-auto", "l", desig("user:mgr-a\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignatedWriter},
 		{"newline in username (I1)", &Request{Resource: Leases, Operation: Create, Caller: Caller{Username: "user:evil\nline"},
 			New: mk(Leases, "team-auto", "l"), Now: t0.Add(10 * sec)}, InvariantManager},
 		{"long username and name", &Request{Resource: MultiClusterLeases, Operation: Create, Caller: Caller{Username: "user:" + long},
@@ -1156,7 +1141,7 @@ func TestDenialMessagesHostileValues(t *testing.T) {
 		{"long holders", &Request{Resource: Leases, Operation: Update, Caller: mgrB,
 			Old: mk(Leases, "team-open", longName, holder(long)), New: mk(Leases, "team-open", longName, holder(longUTF8)), Now: t0.Add(10 * sec)}, InvariantFencing},
 		{"long multibyte designation", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
-			Old: mk(Leases, "team-auto", "l"), New: mk(Leases, "team-auto", "l", desig(longUTF8)), Now: t0.Add(10 * sec)}, InvariantDesignate},
+			Old: mk(Leases, "team-auto", "l"), New: mk(Leases, "team-auto", "l", desig(longUTF8)), Now: t0.Add(10 * sec)}, InvariantDesignationChange},
 		{"long multibyte name", &Request{Resource: Leases, Operation: Create, Caller: stranger,
 			New: mk(Leases, "team-auto", longUTF8), Now: t0.Add(10 * sec)}, InvariantManager},
 	}
@@ -1195,7 +1180,7 @@ func TestVerdictString(t *testing.T) {
 	}
 }
 
-// TestRenewalPathDoesNotAllocate: SPEC/decide.go promise that admitted writes,
+// TestRenewalPathDoesNotAllocate: docs/design.md and decide.go promise that admitted writes,
 // the renewal path included, do not allocate.
 func TestRenewalPathDoesNotAllocate(t *testing.T) {
 	p, req := renewalFixture(t)

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// MaxMessageLength bounds every denial message (SPEC §4): one line, fit for
+// MaxMessageLength bounds every denial message (docs/design.md §4): one line, fit for
 // kubectl's error output and an event.
 const MaxMessageLength = 255
 

@@ -5,7 +5,7 @@ import "time"
 // DesignationMode says how the designated manager of an object is chosen.
 type DesignationMode uint8
 
-// Designation modes (SPEC §3). DesignationNone is a rule without the field:
+// Designation modes (docs/design.md §3). DesignationNone is a rule without the field:
 // any manager the rule admits may write.
 const (
 	DesignationNone DesignationMode = iota
@@ -21,7 +21,7 @@ const (
 // HolderBinding ties the written holderIdentity to the caller.
 type HolderBinding uint8
 
-// Holder bindings (SPEC §3, I5).
+// Holder bindings (docs/design.md §3, I5).
 const (
 	HolderBindingNone HolderBinding = iota
 	HolderBindingPod
@@ -131,6 +131,16 @@ type ClientTimings struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+}
+
+// String is the compact form used as a field value in errors: "15s/10s/2s".
+func (t ClientTimings) String() string {
+	return t.LeaseDuration.String() + "/" + t.RenewDeadline.String() + "/" + t.RetryPeriod.String()
+}
+
+// Describe names each timing, for messages.
+func (t ClientTimings) Describe() string {
+	return "leaseDuration " + t.LeaseDuration.String() + ", renewDeadline " + t.RenewDeadline.String() + ", retryPeriod " + t.RetryPeriod.String()
 }
 
 // DefaultClientTimings are client-go's and controller-runtime's defaults.

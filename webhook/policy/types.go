@@ -40,7 +40,7 @@ const (
 const StatusSubresource = "status"
 
 // DesignationAnnotation records, on the guarded object, the username of the
-// manager designated to write it (SPEC §3).
+// manager designated to write it (docs/design.md §3).
 const DesignationAnnotation = "leaseguard.io/designated-manager"
 
 // PodNameExtra is the user-info extra a bound service-account token carries
@@ -152,21 +152,21 @@ func (v Verdict) String() string {
 	return "unknown"
 }
 
-// Invariant names a SPEC §4 invariant.
+// Invariant names a docs/design.md §4 invariant.
 type Invariant string
 
-// The invariants of SPEC §4.
+// The invariants of docs/design.md §4.
 const (
-	InvariantNone        Invariant = ""
-	InvariantManager     Invariant = "I1"
-	InvariantDesignation Invariant = "I2"
-	InvariantDesignate   Invariant = "I3"
-	InvariantFencing     Invariant = "I4"
-	InvariantHolder      Invariant = "I5"
-	InvariantRenewalRate Invariant = "I6"
-	InvariantRenewTime   Invariant = "I7"
-	InvariantStatus      Invariant = "I8"
-	InvariantBound       Invariant = "I9"
+	InvariantNone              Invariant = ""
+	InvariantManager           Invariant = "I1"
+	InvariantDesignatedWriter  Invariant = "I2"
+	InvariantDesignationChange Invariant = "I3"
+	InvariantFencing           Invariant = "I4"
+	InvariantHolder            Invariant = "I5"
+	InvariantRenewalRate       Invariant = "I6"
+	InvariantRenewTime         Invariant = "I7"
+	InvariantStatus            Invariant = "I8"
+	InvariantBound             Invariant = "I9"
 )
 
 // Decision is the answer to a Request.

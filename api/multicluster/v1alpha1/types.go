@@ -1,6 +1,6 @@
 // Package v1alpha1 has the fields of Config Connector's MultiClusterLease
 // (multicluster.core.cnrm.cloud.google.com/v1alpha1) that leaseguard reads.
-// It is written from the documented object shape (SPEC §2), not generated, and
+// It is written from the documented object shape (docs/design.md §2), not generated, and
 // is used only to decode admission requests.
 package v1alpha1
 

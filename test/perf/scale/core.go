@@ -13,7 +13,7 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-// The namespace-mode shape of SPEC §1/§3: every manager runs as its own
+// The namespace-mode shape of docs/design.md §1/§3: every manager runs as its own
 // service account and writes only the Lease bound to it, holding it from its
 // pod.
 const (
@@ -68,7 +68,6 @@ type corePhase struct {
 	allDecisions    int64 // warm-up included: what the CPU and memory figures divide by
 	admitted        int64 // storage writes
 	denied          int64 // I6 429s
-	otherDenied     int64
 	lost            int64 // renew attempts that ran past the renew deadline
 	maxGap          time.Duration
 	cpu             time.Duration // user+sys of the decide loop

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs one stage of `make test`, printing how long it took, and records the
+# result in bin/test-stages.txt for the summary at the end.
+#
+# Usage: hack/stage.sh NAME COMMAND [ARG...]
+set -uo pipefail
+name=$1
+shift
+mkdir -p bin
+start=$(date +%s)
+echo "==> $name"
+"$@"
+status=$?
+took=$(($(date +%s) - start))
+result=ok
+[ "$status" -eq 0 ] || result="FAILED (exit $status)"
+printf '%-28s %5ss  %s\n' "$name" "$took" "$result" >>bin/test-stages.txt
+echo "<== $name: ${took}s, $result"
+exit "$status"
