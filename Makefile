@@ -33,6 +33,14 @@ controlplane: ## Build (once) kube-apiserver, etcd and kubectl into the cache.
 		hack/controlplane.sh "$(CONTROLPLANE_DIR)"; \
 	fi
 
+# Where early renewals are coalesced in the generated configuration: policy
+# (a MutatingAdmissionPolicy, Kubernetes 1.36+), webhook, or off.
+COALESCE ?= policy
+
+.PHONY: manifests
+manifests: ## Generate config/webhook/manifests.yaml from the deployed policy, config/manager/policy.yaml.
+	go run ./cmd/leaseguard manifests --config config/manager/policy.yaml --coalesce $(COALESCE) -o config/webhook/manifests.yaml
+
 .PHONY: run
 run: controlplane build-dev ## Run leaseguard on a local control plane (leaseguard dev).
 	bin/leaseguard-dev dev --assets "$(KUBEBUILDER_ASSETS)"
@@ -119,8 +127,8 @@ CERT_MANAGER_MANIFEST ?= https://github.com/cert-manager/cert-manager/releases/d
 # The kustomization `make deploy` installs; config/e2e for the kind e2e run.
 OVERLAY ?= config/default
 
-.PHONY: manifests
-manifests: ## Render $(OVERLAY) with image $(IMG) into dist/install.yaml.
+.PHONY: build-installer
+build-installer: ## Render $(OVERLAY) with image $(IMG) into dist/install.yaml.
 	@mkdir -p dist
 	$(KUBECTL) kustomize $(OVERLAY) | sed 's|image: leaseguard:latest|image: $(IMG)|' > dist/install.yaml
 	@echo "wrote dist/install.yaml"
@@ -130,12 +138,12 @@ docker-build: ## Build the image $(IMG) (needs a Docker engine).
 	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 .PHONY: deploy
-deploy: manifests ## Install leaseguard into the cluster of the current kubeconfig (needs cert-manager).
+deploy: build-installer ## Install leaseguard into the cluster of the current kubeconfig (needs cert-manager).
 	$(KUBECTL) apply --server-side -f dist/install.yaml
 	$(KUBECTL) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
 
 .PHONY: undeploy
-undeploy: manifests ## Remove leaseguard (webhook configurations first, so lease writes never wait on it).
+undeploy: build-installer ## Remove leaseguard (webhook configurations first, so lease writes never wait on it).
 	-$(KUBECTL) delete validatingwebhookconfiguration leaseguard-validating-webhook-configuration --ignore-not-found
 	-$(KUBECTL) delete mutatingwebhookconfiguration leaseguard-mutating-webhook-configuration --ignore-not-found
 	$(KUBECTL) delete --ignore-not-found -f dist/install.yaml

@@ -82,8 +82,8 @@ func (s *SelfManaged) TLSOptions() ([]func(*tls.Config), error) {
 	return append(opts, func(c *tls.Config) { c.GetCertificate = s.source.GetCertificate }), nil
 }
 
-// Start runs the authority, the certificate source and the caBundle keeper
-// until ctx ends.
+// Start runs the certificate source (and through it the authority) and the
+// caBundle keeper until ctx ends.
 func (s *SelfManaged) Start(ctx context.Context) error {
 	if err := s.init(); err != nil {
 		return err
@@ -103,8 +103,11 @@ func (s *SelfManaged) Start(ctx context.Context) error {
 	}
 	rotated := make(chan struct{}, 1)
 	s.authority.WatchRotation(rotated)
+	defer s.authority.StopWatchingRotation(rotated)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.authority.Run(ctx) })
+	// The source runs the authority itself (cert-manager's DynamicSource.Start
+	// calls Authority.Run): starting it here too would run two Secret
+	// informers and race on the authority's fields.
 	g.Go(func() error { return s.source.Start(ctx) })
 	g.Go(func() error { return keeper.run(ctx, rotated) })
 	return g.Wait()

@@ -38,6 +38,10 @@ func Webhooks() ([]*admissionregistrationv1.MutatingWebhookConfiguration, []*adm
 				return nil, nil, fmt.Errorf("%s: %w", WebhooksPath, err)
 			}
 			validating = append(validating, v)
+		case "":
+			// A document of comments only (the generated file's header).
+		case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+			// The coalescing policy: installed by whoever installs the file.
 		default:
 			return nil, nil, fmt.Errorf("%s: unexpected kind %q", WebhooksPath, head.Kind)
 		}

@@ -1,15 +1,50 @@
 package config
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-// The safety rules of docs/design.md §5, checked on the shipped webhook configurations.
+// config/webhook/manifests.yaml is what `leaseguard manifests` renders for
+// the deployed policy, config/manager/policy.yaml: run `make manifests` after
+// changing either.
+func TestWebhookManifestsAreGeneratedFromThePolicy(t *testing.T) {
+	data, err := os.ReadFile("manager/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := manifests.Render(p, manifests.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.YAML(manifests.Header("config/manager/policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Files.ReadFile(WebhooksPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("config/webhook/manifests.yaml is not what config/manager/policy.yaml renders: run `make manifests`")
+	}
+}
+
+// The safety rules of docs/design.md §5, checked on the shipped webhook
+// configurations.
 func TestWebhookConfigurationsFollowTheSafetyRules(t *testing.T) {
 	mutating, validating, err := Webhooks()
 	if err != nil {
@@ -34,6 +69,16 @@ func TestWebhookConfigurationsFollowTheSafetyRules(t *testing.T) {
 	for _, w := range mutating[0].Webhooks {
 		hooks = append(hooks, hook{w.Name, w.SideEffects, w.MatchPolicy, w.TimeoutSeconds, w.FailurePolicy, w.NamespaceSelector, w.MatchConditions})
 	}
+	// Fail closed where identity changes, open for the holder's renewals
+	// and the designation stamp (docs/security.md).
+	wantPolicy := map[string]admissionregistrationv1.FailurePolicyType{
+		manifests.ValidateWebhook:  admissionregistrationv1.Fail,
+		manifests.RenewalsWebhook:  admissionregistrationv1.Ignore,
+		manifests.DesignateWebhook: admissionregistrationv1.Ignore,
+	}
+	if len(hooks) != len(wantPolicy) {
+		t.Fatalf("%d webhooks, want %d", len(hooks), len(wantPolicy))
+	}
 	for _, h := range hooks {
 		t.Run(h.name, func(t *testing.T) {
 			if h.sideEffects == nil || *h.sideEffects != admissionregistrationv1.SideEffectClassNone {
@@ -45,8 +90,8 @@ func TestWebhookConfigurationsFollowTheSafetyRules(t *testing.T) {
 			if h.timeout == nil || *h.timeout > 3 || *h.timeout < 1 {
 				t.Errorf("timeoutSeconds = %v, want 1..3", h.timeout)
 			}
-			if h.failurePolicy == nil || *h.failurePolicy != admissionregistrationv1.Ignore {
-				t.Errorf("failurePolicy = %v, want Ignore by default", h.failurePolicy)
+			if want, ok := wantPolicy[h.name]; !ok || h.failurePolicy == nil || *h.failurePolicy != want {
+				t.Errorf("failurePolicy = %v, want %v", h.failurePolicy, want)
 			}
 			var excluded []string
 			if h.namespaceSelector != nil {

@@ -46,7 +46,19 @@ type Rule struct {
 	// throttles; a fixed minRenewInterval is checked against them. Default:
 	// client-go's 15s / 10s / 2s.
 	AssumedClient *ClientTimings `yaml:"assumedClient,omitempty" json:"assumedClient,omitempty"`
-	Enforcement   string         `yaml:"enforcement,omitempty" json:"enforcement,omitempty"`
+	// CoalesceRenewals acknowledges, without storing it, a renewal by the
+	// holder that comes sooner than this after the stored one: "auto" (the
+	// longest the assumed clients and their followers survive) or a
+	// duration. Off when absent.
+	CoalesceRenewals *CoalesceInterval `yaml:"coalesceRenewals,omitempty" json:"coalesceRenewals,omitempty"`
+	// MaxLeaseDuration bounds leaseDurationSeconds (and a MultiClusterLease's
+	// renewDeadlineSeconds and retryPeriodSeconds). Default: four times the
+	// assumed clients' lease duration.
+	MaxLeaseDuration *Duration `yaml:"maxLeaseDuration,omitempty" json:"maxLeaseDuration,omitempty"`
+	// BackOffLosers answers a non-designated manager with 429 and a
+	// Retry-After until the designation goes stale, instead of 403.
+	BackOffLosers bool   `yaml:"backOffLosers,omitempty" json:"backOffLosers,omitempty"`
+	Enforcement   string `yaml:"enforcement,omitempty" json:"enforcement,omitempty"`
 }
 
 // Bind is a bound-lease template: a manager username pattern with {captures}
@@ -83,34 +95,55 @@ func (d *Duration) UnmarshalYAML(node *yaml.Node) error {
 // MarshalYAML writes the duration back as a string.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-// RenewInterval is either a duration or the word "auto".
-type RenewInterval struct {
+// RenewInterval is minRenewInterval: a duration or the word "auto".
+type RenewInterval AutoDuration
+
+// UnmarshalYAML accepts "auto" or a Go duration string.
+func (r *RenewInterval) UnmarshalYAML(node *yaml.Node) error {
+	return (*AutoDuration)(r).decode(node, "minRenewInterval")
+}
+
+// MarshalYAML writes "auto" or the duration.
+func (r RenewInterval) MarshalYAML() (any, error) { return AutoDuration(r).MarshalYAML() }
+
+// CoalesceInterval is coalesceRenewals: a duration or the word "auto".
+type CoalesceInterval AutoDuration
+
+// UnmarshalYAML accepts "auto" or a Go duration string.
+func (c *CoalesceInterval) UnmarshalYAML(node *yaml.Node) error {
+	return (*AutoDuration)(c).decode(node, "coalesceRenewals")
+}
+
+// MarshalYAML writes "auto" or the duration.
+func (c CoalesceInterval) MarshalYAML() (any, error) { return AutoDuration(c).MarshalYAML() }
+
+// AutoDuration is either a duration or the word "auto".
+type AutoDuration struct {
 	Auto     bool
 	Duration time.Duration
 }
 
-// UnmarshalYAML accepts "auto" or a Go duration string.
-func (r *RenewInterval) UnmarshalYAML(node *yaml.Node) error {
+func (a *AutoDuration) decode(node *yaml.Node, field string) error {
 	var s string
 	if err := node.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: minRenewInterval wants a duration such as \"5s\" or \"auto\"", node.Line)
+		return fmt.Errorf("line %d: %s wants a duration such as \"5s\" or \"auto\"", node.Line, field)
 	}
 	if strings.EqualFold(strings.TrimSpace(s), "auto") {
-		*r = RenewInterval{Auto: true}
+		*a = AutoDuration{Auto: true}
 		return nil
 	}
 	parsed, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: minRenewInterval %q is neither \"auto\" nor a duration such as \"5s\"", node.Line, s)
+		return fmt.Errorf("line %d: %s %q is neither \"auto\" nor a duration such as \"5s\"", node.Line, field, s)
 	}
-	*r = RenewInterval{Duration: parsed}
+	*a = AutoDuration{Duration: parsed}
 	return nil
 }
 
 // MarshalYAML writes "auto" or the duration.
-func (r RenewInterval) MarshalYAML() (any, error) {
-	if r.Auto {
+func (a AutoDuration) MarshalYAML() (any, error) {
+	if a.Auto {
 		return "auto", nil
 	}
-	return r.Duration.String(), nil
+	return a.Duration.String(), nil
 }

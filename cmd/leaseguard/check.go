@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -14,19 +15,24 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
+// checkOptions are the flags of `leaseguard check`.
+type checkOptions struct {
+	configPath, user, operation, subresource, oldPath, newPath, podName, now, namespace, fieldManager string
+	groups                                                                                            []string
+	dryRun                                                                                            bool
+}
+
 func newCheckCommand() *cobra.Command {
-	var (
-		configPath, user, operation, subresource, oldPath, newPath, podName, now, namespace string
-		groups                                                                              []string
-	)
+	o := &checkOptions{}
 	cmd := &cobra.Command{
 		Use:   "check --config policy.yaml --user USER [--old old.yaml] [--new new.yaml]",
 		Short: "Decide one lease write offline, exactly as the webhook would; exit 1 on deny",
 		Long: `check evaluates one write against a policy file with the webhook's decision
 core, with no cluster. The operation defaults to CREATE with --new only,
 DELETE with --old only and UPDATE with both. It prints the verdict and the
-message and exits 0 when the write is admitted (allow, warn, audit), 1 when
-it is denied and 2 when the input is bad.`,
+message and exits 0 when the write is admitted (allow, warn, audit, or
+coalesced: acknowledged without being stored), 1 when it is denied and 2
+when the input is bad.`,
 		// Usage mistakes are bad input too: exit 2, so that exit 1 always
 		// means "denied".
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -35,80 +41,109 @@ it is denied and 2 when the input is bad.`,
 			}
 			return nil
 		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout()) },
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	fs := cmd.Flags()
-	fs.StringVar(&configPath, "config", "", "LeasePolicy file (required)")
-	fs.StringVar(&user, "user", "", "username of the caller (required)")
-	fs.StringSliceVar(&groups, "group", nil, "group of the caller (repeatable)")
-	fs.StringVar(&podName, "pod-name", "", "the caller's "+policy.PodNameExtra+" extra")
-	fs.StringVar(&operation, "operation", "", "CREATE, UPDATE or DELETE (inferred from --old/--new when empty)")
-	fs.StringVar(&subresource, "subresource", "", `"status" for a MultiClusterLease status write`)
-	fs.StringVar(&oldPath, "old", "", "the stored object (YAML or JSON)")
-	fs.StringVar(&newPath, "new", "", "the object as written (YAML or JSON)")
-	fs.StringVar(&now, "now", "", "server time, RFC 3339 (default: the current time)")
-	fs.StringVar(&namespace, "namespace", "leaseguard-system", "leaseguard's own namespace, for policy validation")
+	fs.StringVar(&o.configPath, "config", "", "LeasePolicy file (required)")
+	fs.StringVar(&o.user, "user", "", "username of the caller (required)")
+	fs.StringSliceVar(&o.groups, "group", nil, "group of the caller (repeatable)")
+	fs.StringVar(&o.podName, "pod-name", "", "the caller's "+policy.PodNameExtra+" extra")
+	fs.StringVar(&o.operation, "operation", "", "CREATE, UPDATE or DELETE (inferred from --old/--new when empty)")
+	fs.StringVar(&o.subresource, "subresource", "", `"status" for a MultiClusterLease status write`)
+	fs.StringVar(&o.oldPath, "old", "", "the stored object (YAML or JSON)")
+	fs.StringVar(&o.newPath, "new", "", "the object as written (YAML or JSON)")
+	fs.StringVar(&o.now, "now", "", "server time, RFC 3339 (default: the current time)")
+	fs.StringVar(&o.namespace, "namespace", "leaseguard-system", "leaseguard's own namespace, for policy validation")
+	fs.StringVar(&o.fieldManager, "field-manager", "", "the write's field manager (kubectl's start with \"kubectl\": such writes are never backed off)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "the write is a server-side dry run (never backed off)")
+	return cmd
+}
 
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		bad := func(err error) error { return &exitError{code: 2, err: err} }
-		if configPath == "" || user == "" {
-			return bad(errors.New("check needs --config and --user"))
-		}
-		p, _, err := policyfile.Load(configPath, policy.CompileOptions{OwnNamespace: namespace})
-		if err != nil {
-			return bad(err)
-		}
-		req := &policy.Request{
-			Subresource: subresource,
-			Caller:      policy.Caller{Username: user, Groups: groups, PodName: podName},
-			Now:         time.Now(),
-		}
-		if now != "" {
-			if req.Now, err = time.Parse(time.RFC3339, now); err != nil {
-				return bad(fmt.Errorf("--now %q is not an RFC 3339 time", now))
-			}
-		}
-		var oldRes, newRes policy.Resource
-		if oldPath != "" {
-			if oldRes, req.Old, err = readObject(oldPath); err != nil {
-				return bad(err)
-			}
-		}
-		if newPath != "" {
-			if newRes, req.New, err = readObject(newPath); err != nil {
-				return bad(err)
-			}
-		}
-		switch {
-		case req.Old == nil && req.New == nil:
-			return bad(errors.New("check needs --old, --new or both"))
-		case req.Old != nil && req.New != nil && oldRes != newRes:
-			return bad(fmt.Errorf("--old is a %s, --new a %s: both must be the same kind", kindOf(oldRes), kindOf(newRes)))
-		case req.New != nil:
-			req.Resource = newRes
-		default:
-			req.Resource = oldRes
-		}
-		if req.Operation, err = checkOperation(operation, req); err != nil {
-			return bad(err)
-		}
+// bad marks bad input: exit status 2.
+func bad(err error) error { return &exitError{code: 2, err: err} }
 
-		d := policy.Decide(p, req)
-		out := cmd.OutOrStdout()
-		switch {
-		case d.Rule == "":
-			fmt.Fprintln(out, "ALLOW: no rule selects this object")
-		case d.Verdict == policy.Allow:
-			fmt.Fprintf(out, "ALLOW: rule %s\n", d.Rule)
-		case d.Verdict == policy.Deny:
-			fmt.Fprintf(out, "DENY (%s, HTTP %d%s): %s\n", d.Invariant, d.Code, retryAfter(&d), d.Message)
-			return &exitError{code: 1, err: errors.New("")}
-		default:
-			fmt.Fprintf(out, "%s (%s, admitted): %s\n", strings.ToUpper(d.Verdict.String()), d.Invariant, d.Message)
-		}
+func (o *checkOptions) run(out io.Writer) error {
+	if o.configPath == "" || o.user == "" {
+		return bad(errors.New("check needs --config and --user"))
+	}
+	p, _, err := policyfile.Load(o.configPath, policy.CompileOptions{OwnNamespace: o.namespace})
+	if err != nil {
+		return bad(err)
+	}
+	req, err := o.request()
+	if err != nil {
+		return bad(err)
+	}
+	if policy.Coalesce(p, req) {
+		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
+		fmt.Fprintf(out, "ALLOW (coalesced): rule %s: renewTime advances %s, less than coalesceRenewals %s: acknowledged, not stored\n",
+			rule.Name, req.New.Spec.RenewTime.Sub(req.Old.Spec.RenewTime).Round(time.Millisecond), rule.CoalesceInterval())
 		return nil
 	}
-	return cmd
+	d := policy.Decide(p, req)
+	switch {
+	case d.Rule == "":
+		fmt.Fprintln(out, "ALLOW: no rule selects this object")
+	case d.Verdict == policy.Allow:
+		fmt.Fprintf(out, "ALLOW: rule %s\n", d.Rule)
+		if d.Notice != "" {
+			fmt.Fprintln(out, "Warning:", d.Notice)
+		}
+	case d.Verdict == policy.Deny:
+		fmt.Fprintf(out, "DENY (%s, HTTP %d%s): %s\n", d.Invariant, d.Code, retryAfter(&d), d.Message)
+		return &exitError{code: 1, err: errors.New("")}
+	default:
+		fmt.Fprintf(out, "%s (%s, admitted): %s\n", strings.ToUpper(d.Verdict.String()), d.Invariant, d.Message)
+	}
+	return nil
+}
+
+// request builds the decision core's request from the flags and files.
+func (o *checkOptions) request() (*policy.Request, error) {
+	req := &policy.Request{
+		Subresource:  o.subresource,
+		Caller:       policy.Caller{Username: o.user, Groups: o.groups, PodName: o.podName},
+		Now:          time.Now(),
+		DryRun:       o.dryRun,
+		FieldManager: o.fieldManager,
+	}
+	var err error
+	if o.now != "" {
+		if req.Now, err = time.Parse(time.RFC3339, o.now); err != nil {
+			return nil, fmt.Errorf("--now %q is not an RFC 3339 time", o.now)
+		}
+	}
+	var oldRes, newRes policy.Resource
+	if o.oldPath != "" {
+		if oldRes, req.Old, err = readObject(o.oldPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.newPath != "" {
+		if newRes, req.New, err = readObject(o.newPath); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case req.Old == nil && req.New == nil:
+		return nil, errors.New("check needs --old, --new or both")
+	case req.Old != nil && req.New != nil && oldRes != newRes:
+		return nil, fmt.Errorf("--old is a %s, --new a %s: both must be the same kind", kindOf(oldRes), kindOf(newRes))
+	case req.New != nil:
+		req.Resource = newRes
+	default:
+		req.Resource = oldRes
+	}
+	if req.Operation, err = checkOperation(o.operation, req); err != nil {
+		return nil, err
+	}
+	if req.New != nil {
+		if err := leaseobject.CheckWritten(req.Old, req.New); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.newPath, err)
+		}
+	}
+	return req, nil
 }
 
 func readObject(path string) (policy.Resource, *policy.Object, error) {
@@ -116,7 +151,7 @@ func readObject(path string) (policy.Resource, *policy.Object, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	res, obj, err := leaseobject.DecodeAny(data)
+	res, obj, err := leaseobject.DecodeAnyLenient(data)
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", path, err)
 	}

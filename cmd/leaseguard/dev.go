@@ -80,7 +80,7 @@ an admin kubeconfig and runs until interrupted, then removes what it started.`,
 		}
 
 		fmt.Fprintln(out, "starting kube-apiserver and etcd ...")
-		cp, err := controlplane.Start(controlplane.Options{AssetsDir: assets, WebhookPort: port})
+		cp, err := controlplane.Start(controlplane.Options{AssetsDir: assets, WebhookPort: port, Policy: policyPath})
 		if err != nil {
 			return err
 		}

@@ -13,10 +13,16 @@ import (
 	"path/filepath"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/leaseguard/leaseguard/config"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
 // KubernetesVersion is the version of the control-plane binaries built by
@@ -81,6 +87,13 @@ type Options struct {
 	// caller's instead of generated ones.
 	WebhookCAData  []byte
 	WebhookCertDir string
+	// Policy is the policy file whose admission configuration is installed,
+	// rendered by `leaseguard manifests` (webhook/manifests); the embedded
+	// config/samples/policy.yaml when empty.
+	Policy string
+	// Manifests tunes that rendering (coalescing, fail-open); the service
+	// placement is the harness's.
+	Manifests manifests.Options
 }
 
 // ControlPlane is a running kube-apiserver and etcd.
@@ -97,8 +110,8 @@ type ControlPlane struct {
 }
 
 // Start starts etcd and kube-apiserver, installs the MultiClusterLease CRD
-// and leaseguard's webhook configurations from config/, rewritten to call
-// https://127.0.0.1:<port> with a generated CA.
+// and the admission configuration rendered from the policy (o.Policy), its
+// webhooks rewritten to call https://127.0.0.1:<port> with a generated CA.
 func Start(o Options) (*ControlPlane, error) {
 	assets := o.AssetsDir
 	if assets == "" {
@@ -107,10 +120,15 @@ func Start(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	mutating, validating, err := config.Webhooks()
+	rendered, err := renderPolicy(o)
 	if err != nil {
 		return nil, err
 	}
+	var mutating []*admissionregistrationv1.MutatingWebhookConfiguration
+	if rendered.Mutating != nil {
+		mutating = append(mutating, rendered.Mutating)
+	}
+	validating := []*admissionregistrationv1.ValidatingWebhookConfiguration{rendered.Validating}
 	crds, err := config.CRDs()
 	if err != nil {
 		return nil, err
@@ -141,6 +159,10 @@ func Start(o Options) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("granting lease access: %w", err)
 	}
+	if err := InstallCoalescing(context.Background(), cfg, rendered); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
 	c := &ControlPlane{
 		Env:            env,
 		Config:         cfg,
@@ -158,6 +180,51 @@ func Start(o Options) (*ControlPlane, error) {
 		c.WebhookCertDir = o.WebhookCertDir
 	}
 	return c, nil
+}
+
+// renderPolicy renders the admission configuration of o.Policy.
+func renderPolicy(o Options) (*manifests.Rendered, error) {
+	var data []byte
+	var err error
+	if o.Policy == "" {
+		data, err = config.Files.ReadFile(config.SamplePolicyPath)
+	} else {
+		data, err = os.ReadFile(o.Policy)
+	}
+	if err != nil {
+		return nil, err
+	}
+	mo := o.Manifests
+	def := manifests.Defaults()
+	if mo.Namespace == "" {
+		mo.Namespace = def.Namespace
+	}
+	mo.ServiceName, mo.Prefix = def.ServiceName, def.Prefix
+	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: mo.Namespace})
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", o.Policy, err)
+	}
+	return manifests.Render(p, mo)
+}
+
+// InstallCoalescing creates the rendered MutatingAdmissionPolicy and its
+// binding, when the policy coalesces renewals.
+func InstallCoalescing(ctx context.Context, cfg *rest.Config, r *manifests.Rendered) error {
+	if r.Coalescing == nil {
+		return nil
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	api := cs.AdmissionregistrationV1()
+	if _, err := api.MutatingAdmissionPolicies().Create(ctx, r.Coalescing, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("installing %s: %w", r.Coalescing.Name, err)
+	}
+	if _, err := api.MutatingAdmissionPolicyBindings().Create(ctx, r.CoalescingBinding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("installing %s: %w", r.CoalescingBinding.Name, err)
+	}
+	return nil
 }
 
 // WriteKubeconfig writes a kubeconfig for a system:masters user to path.

@@ -91,7 +91,7 @@ var _ = BeforeSuite(func() {
 		env.local = true
 		env.binary, err = controlplane.BuildLeaseguard(env.tmp)
 		Expect(err).NotTo(HaveOccurred())
-		env.cp, err = controlplane.Start(controlplane.Options{})
+		env.cp, err = controlplane.Start(controlplane.Options{Policy: env.policyPath})
 		Expect(err).NotTo(HaveOccurred())
 		env.config = env.cp.Config
 		env.kubeconfig = filepath.Join(env.tmp, "kubeconfig")
@@ -145,7 +145,7 @@ func grantLeaseAccess(ctx context.Context) {
 		{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:serviceaccount:default:intruder"},
 		{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:serviceaccount:leaseguard-e2e-warn:manager"},
 	}
-	for _, team := range []string{"team-a", "team-b", "team-c"} {
+	for _, team := range []string{"team-a", "team-b", "team-c", outageTeam} {
 		subjects = append(subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: "User", Name: manager(team)})
 	}
 	role := &rbacv1.ClusterRole{

@@ -185,29 +185,3 @@ spec:
 		Expect(out).To(ContainSubstring("lease.coordination.k8s.io/warned created (server dry run)"))
 	})
 })
-
-var _ = Describe("when leaseguard is down", func() {
-	ctx := context.Background()
-
-	It("lets lease renewals through with the default failurePolicy Ignore", func() {
-		if !env.local {
-			Skip("stopping the webhook is only done on the local control plane; in a cluster, scale the Deployment to 0 to see the same")
-		}
-		leases := leasesAs("team-b").CoordinationV1().Leases(e2eNS)
-		// While up: team-b may not write team-a's lease.
-		_, err := leases.Create(ctx, boundLease("team-a", pod("team-b")+"_1", "kcc-leader-team-a-down"), metav1.CreateOptions{})
-		Expect(err).To(HaveOccurred())
-
-		env.guard.Stop()
-		DeferCleanup(func() {
-			var err error
-			env.guard, err = env.cp.StartLeaseguard(env.binary, env.policyPath)
-			Expect(err).NotTo(HaveOccurred())
-			_, err = leases.Create(ctx, boundLease("team-a", pod("team-b")+"_1", "kcc-leader-team-a-up"), metav1.CreateOptions{})
-			Expect(err).To(HaveOccurred(), "enforcement resumes when leaseguard is back")
-		})
-		// Down, with failurePolicy Ignore: the API server admits unguarded.
-		_, err = leases.Create(ctx, boundLease("team-a", pod("team-b")+"_1", "kcc-leader-team-a-down"), metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred(), "failurePolicy Ignore must not block lease writes while leaseguard is down")
-	})
-})

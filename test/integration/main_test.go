@@ -49,7 +49,11 @@ func run(m *testing.M) (int, error) {
 	if binary, err = controlplane.BuildLeaseguard(tmp); err != nil {
 		return 0, err
 	}
-	if cp, err = controlplane.Start(controlplane.Options{}); err != nil {
+	policyPath = filepath.Join(tmp, "policy.yaml")
+	if err := os.WriteFile(policyPath, []byte(basePolicy), 0o600); err != nil {
+		return 0, err
+	}
+	if cp, err = controlplane.Start(controlplane.Options{Policy: policyPath}); err != nil {
 		return 0, err
 	}
 	defer func() { _ = cp.Stop() }()
@@ -58,10 +62,6 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	if admin, err = kubernetes.NewForConfig(cp.Config); err != nil {
-		return 0, err
-	}
-	policyPath = filepath.Join(tmp, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(basePolicy), 0o600); err != nil {
 		return 0, err
 	}
 	if guard, err = cp.StartLeaseguard(binary, policyPath); err != nil {

@@ -26,9 +26,19 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 		code int32
 		want string
 	}{
-		{"empty body", nil, http.StatusBadRequest, "request body is empty"},
-		{"not JSON", []byte("{not json"), http.StatusBadRequest, "couldn't get version/kind"},
-		{"oversized body", append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"`), bytes.Repeat([]byte("x"), 8<<20)...), http.StatusRequestEntityTooLarge, "request entity is too large"},
+		{"empty body", nil, http.StatusBadRequest, "leaseguard: cannot decide: request body is empty"},
+		{"not JSON", []byte("{not json"), http.StatusBadRequest, "leaseguard: cannot decide: not JSON: "},
+		{"not an AdmissionReview", []byte(`{"apiVersion":"v1","kind":"Pod"}`), http.StatusBadRequest,
+			"leaseguard: cannot decide: body is v1 Pod, want admission.k8s.io/v1 AdmissionReview"},
+		{"an AdmissionReview of another version", []byte(`{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u"}}`), http.StatusBadRequest,
+			"body is admission.k8s.io/v1beta1 AdmissionReview, want admission.k8s.io/v1 AdmissionReview"},
+		{"no request", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), http.StatusBadRequest, "AdmissionReview has no request"},
+		{"no uid", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}`), http.StatusBadRequest, "request.uid is missing"},
+		{"oversized body", oversizedReview(), http.StatusRequestEntityTooLarge,
+			"leaseguard: cannot decide: AdmissionReview of 32.0 MiB is larger than leaseguard reads (32.0 MiB): no lease the API server can store is that large"},
+		{"username of the wrong type", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"0b9f3c1e-1111-2222-3333-444455556666",` +
+			`"kind":{"group":"coordination.k8s.io","version":"v1","kind":"Lease"},"operation":"CREATE","userInfo":{"username":7}}}`), http.StatusBadRequest,
+			"request.userInfo.username: want string, got JSON number"},
 		{"wrong kind", review{kind: "Pod", operation: "CREATE", user: managerA, object: `{}`}.json(), http.StatusBadRequest,
 			"kind v1 Pod is not guarded by leaseguard"},
 		{"no oldObject on UPDATE", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, object: good}.json(), http.StatusBadRequest,
@@ -41,8 +51,6 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 			`request.object: spec.renewTime: "yesterday" is not an RFC 3339 time`},
 		{"negative lease duration", review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl("", `"leaseDurationSeconds":-15`)}.json(), http.StatusBadRequest,
 			"request.object: spec.leaseDurationSeconds is negative (-15)"},
-		{"negative retry period in the old object", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: mcl("", `"retryPeriodSeconds":-1`), object: good}.json(), http.StatusBadRequest,
-			"request.oldObject: spec.retryPeriodSeconds is negative (-1)"},
 		{"holderIdentity of the wrong type", review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl("", `"holderIdentity":42`)}.json(), http.StatusBadRequest,
 			"request.object: spec.holderIdentity: want string, got JSON number"},
 		{"object of another kind than the request says", review{kind: "Lease", operation: "CREATE", user: managerA, object: good}.json(), http.StatusBadRequest,
@@ -78,6 +86,13 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 				t.Fatalf("answer is not an AdmissionReview response: %v %s", err, rec.Body.String())
 			}
 			resp := out.Response
+			if tc.code != http.StatusBadRequest || strings.Contains(string(tc.body), `"uid":"0b9f`) {
+				// Where the body names a UID, the answer carries it, or the
+				// API server could not match it to its request.
+				if uidOf(tc.body) != "" && string(resp.UID) != uidOf(tc.body) {
+					t.Errorf("answer UID %q, want %q", resp.UID, uidOf(tc.body))
+				}
+			}
 			if resp.Allowed {
 				t.Fatal("bad input was allowed")
 			}
@@ -91,9 +106,78 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 	}
 }
 
+// A stored object with a field leaseguard cannot read (a custom resource is
+// stored as written) is decided without that field, with a warning for the
+// client; a write of such a value is refused unless it leaves the stored
+// value as it is.
+func TestUnreadableStoredFieldsAreDecidedWithoutThem(t *testing.T) {
+	h := validatingHandler(t)
+	good := mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`)
+	bad := mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:50.000000Z","retryPeriodSeconds":-1`)
+	_, resp := post(t, h, review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: bad, object: good}.json())
+	if !resp.Allowed {
+		t.Fatalf("the designated manager's renewal over an unreadable stored field was refused: %+v", resp.Result)
+	}
+	want := "leaseguard: stored multiclusterlease cnrm-system/kcc-leader has an unreadable spec.retryPeriodSeconds (is negative (-1)); judged without it, by the time the API server stored the last renewal"
+	if len(resp.Warnings) != 1 || resp.Warnings[0] != want {
+		t.Errorf("warnings %q, want %q", resp.Warnings, want)
+	}
+	// Leaving the unreadable value as it is: decided (here, a status
+	// writer's finalizer write is admitted).
+	_, resp = post(t, h, review{kind: "MultiClusterLease", operation: "UPDATE", user: "system:serviceaccount:multiclusterlease-system:default",
+		oldObject: bad, object: strings.Replace(bad, `"annotations":{`, `"labels":{"a":"b"},"annotations":{`, 1)}.json())
+	if !resp.Allowed {
+		t.Errorf("a write leaving the unreadable value unchanged was refused: %+v", resp.Result)
+	}
+	// Writing a new unreadable value: refused, naming the field.
+	_, resp = post(t, h, review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA,
+		oldObject: bad, object: strings.Replace(bad, `"retryPeriodSeconds":-1`, `"retryPeriodSeconds":-2`, 1)}.json())
+	if resp.Allowed || resp.Result.Code != http.StatusBadRequest || resp.Result.Message != "leaseguard: cannot decide: request.object: spec.retryPeriodSeconds is negative (-2)" {
+		t.Errorf("a new unreadable value: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+}
+
+// oversizedReview is an AdmissionReview one byte over MaxReviewBytes, with
+// its UID first as the API server writes it.
+func oversizedReview() []byte {
+	head := []byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"0b9f3c1e-1111-2222-3333-444455556666","name":"`)
+	pad := bytes.Repeat([]byte("<"), MaxReviewBytes+1-len(head)-3)
+	return append(append(head, pad...), []byte(`"}}`)...)
+}
+
+func uidOf(body []byte) string {
+	const key = `"uid":"`
+	i := bytes.Index(body, []byte(key))
+	if i < 0 || i > headBytes {
+		return ""
+	}
+	rest := body[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
+}
+
+func TestScanUIDReadsOnlyTheHead(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"abc","object":{"uid":"not-this"}}}`, "abc"},
+		{`{"request":{"kind":{"uid":"nested"},"uid":"late"}}`, "late"},
+		{`{"response":{"uid":"wrong-place"}}`, ""},
+		{`{"request":{"uid":"truncated`, ""},
+		{`[1,2,{"request":{"uid":"in-an-array"}}]`, ""},
+	} {
+		if got := scanUID([]byte(c.body)); got != c.want {
+			t.Errorf("scanUID(%s) = %q, want %q", c.body, got, c.want)
+		}
+	}
+}
+
 // FuzzDecodeAndDecide feeds arbitrary bodies to the validating handler: it
-// must always answer with an AdmissionReview, and may allow only what the
-// decision core, given the same request, admits.
+// must always answer with an AdmissionReview, and may allow only a body that
+// the API machinery's own decoder reads as an AdmissionReview whose request,
+// as that decoder reads it, the decision core admits. The handler reads the
+// review with its own fast reader; this is the check that the two agree.
 func FuzzDecodeAndDecide(f *testing.F) {
 	spec := `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"renewTime":"2026-11-30T11:59:59.000000Z"`
 	for _, r := range []review{
@@ -119,17 +203,26 @@ func FuzzDecodeAndDecide(f *testing.F) {
 		if !out.Response.Allowed {
 			return
 		}
+		// Decoded as the API machinery decodes (case-sensitive field names,
+		// the last of duplicate keys), then read again from its canonical
+		// form.
 		var in admissionv1.AdmissionReview
-		// Decoded as the API machinery decodes (case-sensitive field names),
-		// as controller-runtime does.
-		if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil || in.Request == nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil || in.Request == nil ||
+			in.APIVersion != reviewAPIVersion || in.Kind != reviewKind {
 			t.Fatalf("allowed a body that is not an AdmissionReview: %q", body)
 		}
-		preq, err := ToPolicyRequest(in.Request, testNow)
-		if err != nil {
-			t.Fatalf("allowed an unreadable request (%v): %q", err, body)
+		if string(out.Response.UID) != string(in.Request.UID) {
+			t.Fatalf("answered UID %q to request %q", out.Response.UID, in.Request.UID)
 		}
-		if d := policy.Decide(src.Policy(), preq); d.Verdict == policy.Deny {
+		canonical, err := json.Marshal(&in)
+		if err != nil {
+			t.Fatalf("re-encoding: %v", err)
+		}
+		r, err := ParseReview(canonical, testNow)
+		if err != nil || r.Err != nil {
+			t.Fatalf("allowed a request the API machinery reads differently (%v, %v): %q", err, r.Err, body)
+		}
+		if d := policy.Decide(src.Policy(), r.Request); d.Verdict == policy.Deny {
 			t.Fatalf("allowed a write the core denies (%s): %q", d.Message, body)
 		}
 	})

@@ -1,30 +1,27 @@
 package admission
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
-	jsonpatch "gomodules.xyz/jsonpatch/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
-// Paths the webhooks are served on; the webhook configurations in config/
-// name the same paths.
+// Paths the webhooks are served on; the webhook configurations that
+// `leaseguard manifests` generates name the same paths.
 const (
 	ValidatePath = "/validate-leases"
 	MutatePath   = "/mutate-leases"
 )
 
-// Validator is the validating webhook: it enforces docs/design.md §4 on every guarded
-// write.
+// Validator is the validating webhook: it enforces docs/design.md §4 on
+// every guarded write.
 type Validator struct {
 	Policies PolicySource
 	Metrics  *metrics.Recorder
@@ -33,41 +30,44 @@ type Validator struct {
 	Now func() time.Time
 }
 
-var _ admission.Handler = (*Validator)(nil)
+// Handler returns the http.Handler serving the validating webhook.
+func (v *Validator) Handler() http.Handler {
+	return &handler{d: v, metrics: v.Metrics, log: v.Log, now: v.Now}
+}
 
-// Handle decides one admission request.
-func (v *Validator) Handle(_ context.Context, req admission.Request) admission.Response {
+func (v *Validator) webhook() string { return "validate" }
+
+// refusesUnreadable: validation refuses what it cannot read.
+func (v *Validator) refusesUnreadable() bool { return true }
+
+func (v *Validator) decide(r *Review) Answer {
 	start := time.Now()
-	now := start
-	if v.Now != nil {
-		now = v.Now()
-	}
-	preq, err := ToPolicyRequest(&req.AdmissionRequest, now)
-	if err != nil {
-		v.Metrics.BadRequest("validate")
-		v.Log.Info("rejected unreadable admission request", "uid", req.UID, "error", err.Error())
-		return admission.Errored(http.StatusBadRequest, badRequest(err))
-	}
-	d := policy.Decide(v.Policies.Policy(), preq)
-	v.Metrics.Decision(preq.Resource, &d, time.Since(start))
+	req := r.Request
+	d := policy.Decide(v.Policies.Policy(), req)
+	v.Metrics.Decision(req.Resource, &d, time.Since(start))
 	if d.Verdict != policy.Allow {
-		obj := preq.New
+		obj := req.New
 		if obj == nil {
-			obj = preq.Old
+			obj = req.Old
 		}
 		v.Log.Info("lease write "+verdictPast(d.Verdict),
 			"rule", d.Rule, "invariant", string(d.Invariant), "verdict", d.Verdict.String(),
-			"user", preq.Caller.Username, "resource", string(preq.Resource), "namespace", obj.Namespace, "name", obj.Name,
-			"operation", string(preq.Operation), "subresource", preq.Subresource, "dryRun", req.DryRun != nil && *req.DryRun,
+			"user", policy.Clip(req.Caller.Username), "resource", string(req.Resource), "namespace", obj.Namespace, "name", policy.Clip(obj.Name),
+			"operation", string(req.Operation), "subresource", req.Subresource, "dryRun", req.DryRun,
 			"message", d.Message)
+	}
+	if d.Notice != "" {
+		v.Metrics.UnreadableStored(req.Resource)
+		v.Log.Info("stored lease has an unreadable field", "uid", r.UID, "notice", d.Notice)
 	}
 	return Response(&d)
 }
 
-// Response turns a decision into the admission response the API server
-// returns to the client: a 403 or 429 Status for a denial (with Retry-After
-// seconds for I6), a warning kubectl prints for warn, a plain allow otherwise.
-func Response(d *policy.Decision) admission.Response {
+// Response turns a decision into the answer the API server returns to the
+// client: a 403 or 429 Status for a denial (with Retry-After seconds for a
+// 429), a warning kubectl prints for warn, a plain allow otherwise.
+func Response(d *policy.Decision) Answer {
+	var a Answer
 	switch d.Verdict {
 	case policy.Deny:
 		status := &metav1.Status{
@@ -80,11 +80,15 @@ func Response(d *policy.Decision) admission.Response {
 			status.Reason = metav1.StatusReasonTooManyRequests
 			status.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds(d.RetryAfter)}
 		}
-		return admission.Response{AdmissionResponse: admissionResponse(false, status)}
+		return Answer{Status: status}
 	case policy.Warn:
-		return admission.Allowed("").WithWarnings(d.Message)
+		a.Warnings = append(a.Warnings, d.Message)
 	}
-	return admission.Allowed("")
+	if d.Notice != "" {
+		a.Warnings = append(a.Warnings, d.Notice)
+	}
+	a.Allowed = true
+	return a
 }
 
 // retryAfterSeconds rounds up, so a client that waits as told is not refused
@@ -97,8 +101,10 @@ func retryAfterSeconds(d time.Duration) int32 {
 	return s
 }
 
-// Designator is the mutating webhook of designation: auto. It records the
-// designated manager on the object; it never refuses a write.
+// Designator is the mutating webhook: it records the designated manager of
+// designation: auto, and, where the policy coalesces renewals and the
+// MutatingAdmissionPolicy is not used, sets an early renewal's renewTime back
+// to the stored one. It never refuses a write.
 type Designator struct {
 	Policies PolicySource
 	Metrics  *metrics.Recorder
@@ -106,55 +112,49 @@ type Designator struct {
 	Now      func() time.Time
 }
 
-var _ admission.Handler = (*Designator)(nil)
+// Handler returns the http.Handler serving the mutating webhook.
+func (m *Designator) Handler() http.Handler {
+	return &handler{d: m, metrics: m.Metrics, log: m.Log, now: m.Now}
+}
 
-// Handle stamps the designation annotation where policy.Designate says so.
-func (m *Designator) Handle(_ context.Context, req admission.Request) admission.Response {
-	now := time.Now()
-	if m.Now != nil {
-		now = m.Now()
+func (m *Designator) webhook() string { return "mutate" }
+
+// refusesUnreadable: the mutating webhook leaves an unreadable request to
+// validation, which refuses it; mutating it would only hide the error.
+func (m *Designator) refusesUnreadable() bool { return false }
+
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+func (m *Designator) decide(r *Review) Answer {
+	req := r.Request
+	p := m.Policies.Policy()
+	var ops []patchOp
+	if policy.Coalesce(p, req) {
+		ops = append(ops, patchOp{Op: "replace", Path: "/spec/renewTime", Value: req.Old.RenewTimeText})
+		m.Metrics.Coalesced(req.Resource)
+	} else if user, stamp := policy.Designate(p, req); stamp {
+		if !req.New.HasAnnotations {
+			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{policy.DesignationAnnotation: user}})
+		} else {
+			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escapeJSONPointer(policy.DesignationAnnotation), Value: user})
+		}
+		m.Log.V(1).Info("designating manager", "user", policy.Clip(user), "namespace", req.New.Namespace, "name", policy.Clip(req.New.Name))
 	}
-	preq, err := ToPolicyRequest(&req.AdmissionRequest, now)
+	if len(ops) == 0 {
+		return Answer{Allowed: true}
+	}
+	patch, err := json.Marshal(ops)
 	if err != nil {
-		// The validating webhook answers unreadable requests; mutating them
-		// would only hide the error.
-		m.Metrics.BadRequest("mutate")
-		return admission.Allowed("")
+		m.Log.Error(err, "encoding the patch")
+		return Answer{Allowed: true}
 	}
-	user, stamp := policy.Designate(m.Policies.Policy(), preq)
-	if !stamp {
-		return admission.Allowed("")
-	}
-	var meta struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(req.Object.Raw, &meta); err != nil {
-		return admission.Allowed("")
-	}
-	var patch jsonpatch.JsonPatchOperation
-	if meta.Metadata.Annotations == nil {
-		patch = jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{policy.DesignationAnnotation: user})
-	} else {
-		patch = jsonpatch.NewOperation("add", "/metadata/annotations/"+escapeJSONPointer(policy.DesignationAnnotation), user)
-	}
-	m.Log.V(1).Info("designating manager", "user", user, "namespace", preq.New.Namespace, "name", preq.New.Name)
-	return admission.Patched("", patch)
+	return Answer{Allowed: true, Patch: patch}
 }
 
 func escapeJSONPointer(s string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-}
-
-func verdictPast(v policy.Verdict) string {
-	switch v {
-	case policy.Deny:
-		return "denied"
-	case policy.Warn:
-		return "admitted with warning"
-	case policy.Audit:
-		return "admitted (audit)"
-	}
-	return "admitted"
 }

@@ -1,14 +1,18 @@
 // Package admission is leaseguard's HTTP/admission plumbing: it reads
-// AdmissionRequests into the decision core's terms and writes its decisions
+// AdmissionReviews into the decision core's terms and writes its decisions
 // back as AdmissionResponses. It holds no decision logic.
+//
+// It reads the AdmissionReview itself, field by field with the same fast
+// JSON reader as the objects (webhook/leaseobject), instead of decoding the
+// whole review into Go structs: that decoding was most of what a request
+// cost inside leaseguard (docs/performance.md).
 package admission
 
 import (
 	"fmt"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
+	"github.com/valyala/fastjson"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/leaseobject"
@@ -27,96 +31,250 @@ type StaticPolicy struct{ P *policy.Policy }
 // Policy returns the fixed policy.
 func (s StaticPolicy) Policy() *policy.Policy { return s.P }
 
-// ToPolicyRequest derives the decision core's request from an admission
-// request. Anything it cannot read is an error naming what is wrong.
-func ToPolicyRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.Request, error) {
-	if req == nil {
+// The AdmissionReview version the webhooks are registered for.
+const (
+	reviewAPIVersion = "admission.k8s.io/v1"
+	reviewKind       = "AdmissionReview"
+)
+
+// Review is what leaseguard reads of an AdmissionReview request.
+type Review struct {
+	UID string
+	// Request is the decision core's view; nil when Err is set.
+	Request *policy.Request
+	// Err says what could not be read; the review is then refused.
+	Err error
+}
+
+// ParseReview reads an AdmissionReview body. A body that is not an
+// AdmissionReview at all is an error; a review that is, but whose request
+// cannot be decided, comes back with Err set and the UID to answer to.
+func ParseReview(body []byte, now time.Time) (*Review, error) {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	root, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if root.Type() != fastjson.TypeObject {
+		return nil, fmt.Errorf("want a JSON object, got JSON %s", root.Type())
+	}
+	apiVersion, kind := string(root.GetStringBytes("apiVersion")), string(root.GetStringBytes("kind"))
+	if apiVersion != reviewAPIVersion || kind != reviewKind {
+		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(apiVersion), orMissing(kind), reviewAPIVersion, reviewKind)
+	}
+	req := root.Get("request")
+	if req == nil || req.Type() != fastjson.TypeObject {
 		return nil, fmt.Errorf("AdmissionReview has no request")
 	}
-	res, err := resourceOf(req)
+	uid := req.Get("uid")
+	if uid == nil || uid.Type() != fastjson.TypeString || len(uid.GetStringBytes()) == 0 {
+		return nil, fmt.Errorf("request.uid is missing")
+	}
+	r := &Review{UID: string(uid.GetStringBytes())}
+	r.Request, r.Err = toPolicyRequest(req, now)
+	return r, nil
+}
+
+var parsers fastjson.ParserPool
+
+// toPolicyRequest derives the decision core's request from an
+// AdmissionRequest. Anything it cannot read is an error naming what is
+// wrong, e.g. `request.object: spec.renewTime: "yesterday" is not an RFC
+// 3339 time such as 2026-01-02T15:04:05.000000Z`.
+func toPolicyRequest(req *fastjson.Value, now time.Time) (*policy.Request, error) {
+	f := fields{v: req}
+	res, err := resourceOf(f.str("kind", "group"), f.str("kind", "version"), f.str("kind", "kind"))
 	if err != nil {
 		return nil, err
 	}
 	out := &policy.Request{
-		Resource:    res,
-		Subresource: req.SubResource,
-		Now:         now,
+		Resource:     res,
+		Subresource:  f.str("subResource"),
+		Now:          now,
+		DryRun:       f.bool("dryRun"),
+		FieldManager: f.str("options", "fieldManager"),
 		Caller: policy.Caller{
-			Username: req.UserInfo.Username,
-			Groups:   req.UserInfo.Groups,
+			Username: f.str("userInfo", "username"),
+			Groups:   f.strings("userInfo", "groups"),
 		},
 	}
-	if pods := req.UserInfo.Extra[policy.PodNameExtra]; len(pods) > 0 {
+	if pods := f.strings("userInfo", "extra", policy.PodNameExtra); len(pods) > 0 {
 		out.Caller.PodName = pods[0]
+	}
+	if f.err != nil {
+		return nil, f.err
 	}
 	if out.Caller.Username == "" {
 		return nil, fmt.Errorf("request.userInfo.username is empty")
 	}
-	if req.SubResource != "" && req.SubResource != policy.StatusSubresource {
-		return nil, fmt.Errorf("subresource %q is not guarded (only status)", req.SubResource)
+	if out.Subresource != "" && out.Subresource != policy.StatusSubresource {
+		return nil, fmt.Errorf("subresource %q is not guarded (only status)", out.Subresource)
 	}
-
-	switch req.Operation {
-	case admissionv1.Create:
+	switch op := f.str("operation"); op {
+	case "CREATE":
 		out.Operation = policy.Create
-	case admissionv1.Update:
+	case "UPDATE":
 		out.Operation = policy.Update
-	case admissionv1.Delete:
+	case "DELETE":
 		out.Operation = policy.Delete
 	default:
-		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", req.Operation)
+		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", op)
 	}
-
-	if out.Operation != policy.Delete {
-		if len(req.Object.Raw) == 0 {
-			return nil, fmt.Errorf("request.object is missing on %s", req.Operation)
+	if out.Operation != policy.Create {
+		if out.Old, err = decodeObject(res, req, "oldObject", out.Operation); err != nil {
+			return nil, err
 		}
-		if out.New, err = leaseobject.Decode(res, req.Object.Raw); err != nil {
+	}
+	if out.Operation != policy.Delete {
+		if out.New, err = decodeObject(res, req, "object", out.Operation); err != nil {
+			return nil, err
+		}
+		if err := leaseobject.CheckWritten(out.Old, out.New); err != nil {
 			return nil, fmt.Errorf("request.object: %w", err)
 		}
 	}
-	if out.Operation != policy.Create {
-		if len(req.OldObject.Raw) == 0 {
-			return nil, fmt.Errorf("request.oldObject is missing on %s", req.Operation)
-		}
-		if out.Old, err = leaseobject.Decode(res, req.OldObject.Raw); err != nil {
-			return nil, fmt.Errorf("request.oldObject: %w", err)
-		}
+	return out, fillNames(out, f.str("name"), f.str("namespace"))
+}
+
+// decodeObject reads request.object or request.oldObject, which the
+// operation requires.
+func decodeObject(res policy.Resource, req *fastjson.Value, key string, op policy.Operation) (*policy.Object, error) {
+	v := req.Get(key)
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil, fmt.Errorf("request.%s is missing on %s", key, op)
 	}
+	o, err := leaseobject.DecodeValue(res, v)
+	if err != nil {
+		return nil, fmt.Errorf("request.%s: %w", key, err)
+	}
+	return o, nil
+}
+
+// fillNames checks the request's name against the object's, and gives the
+// objects the request's namespace when they leave it to the URL.
+func fillNames(out *policy.Request, name, namespace string) error {
 	obj := out.New
 	if obj == nil {
 		obj = out.Old
 	}
-	if req.Name != "" && obj.Name != req.Name {
-		return nil, fmt.Errorf("request.name %q does not match the object's name %q", req.Name, obj.Name)
+	if name != "" && obj.Name != "" && obj.Name != name {
+		return fmt.Errorf("request.name %q does not match the object's name %q", name, obj.Name)
 	}
-	if obj.Namespace == "" {
-		// Objects in a create request may leave their namespace to the URL.
-		obj.Namespace = req.Namespace
+	if obj.Name == "" {
+		// Validation sees the name the API server generated; the mutating
+		// webhooks see only generateName.
+		obj.Name = name
 	}
-	if out.Old != nil && out.Old.Namespace == "" {
-		out.Old.Namespace = req.Namespace
+	for _, o := range []*policy.Object{out.New, out.Old} {
+		if o != nil && o.Namespace == "" {
+			o.Namespace = namespace
+		}
 	}
-	return out, nil
+	return nil
 }
 
-func resourceOf(req *admissionv1.AdmissionRequest) (policy.Resource, error) {
+func resourceOf(group, version, kind string) (policy.Resource, error) {
 	switch {
-	case req.Kind.Group == coordinationv1.GroupName && req.Kind.Kind == "Lease":
+	case group == "coordination.k8s.io" && kind == "Lease":
 		return policy.Leases, nil
-	case req.Kind.Group == mclv1alpha1.Group && req.Kind.Kind == mclv1alpha1.Kind:
+	case group == mclv1alpha1.Group && kind == mclv1alpha1.Kind:
 		return policy.MultiClusterLeases, nil
 	}
-	return "", fmt.Errorf("kind %s is not guarded by leaseguard (want coordination.k8s.io Lease or %s %s)",
-		kindString(req), mclv1alpha1.Group, mclv1alpha1.Kind)
+	var k string
+	switch {
+	case kind == "":
+		k = "(missing)"
+	case group == "":
+		k = version + " " + kind
+	default:
+		k = group + "/" + version + " " + kind
+	}
+	return "", fmt.Errorf("kind %s is not guarded by leaseguard (want coordination.k8s.io Lease or %s %s)", k, mclv1alpha1.Group, mclv1alpha1.Kind)
 }
 
-func kindString(req *admissionv1.AdmissionRequest) string {
-	if req.Kind.Kind == "" {
+func orMissing(s string) string {
+	if s == "" {
 		return "(missing)"
 	}
-	if req.Kind.Group == "" {
-		return req.Kind.Version + " " + req.Kind.Kind
+	return s
+}
+
+// fields reads typed request fields and keeps the first type error, named by
+// the field's path under request.
+type fields struct {
+	v   *fastjson.Value
+	err error
+}
+
+func (f *fields) get(path ...string) *fastjson.Value {
+	v := f.v.Get(path...)
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil
 	}
-	return req.Kind.Group + "/" + req.Kind.Version + " " + req.Kind.Kind
+	return v
+}
+
+func (f *fields) fail(path []string, want string, v *fastjson.Value) {
+	if f.err == nil {
+		f.err = fmt.Errorf("request.%s: want %s, got JSON %s", joinPath(path), want, v.Type())
+	}
+}
+
+func (f *fields) str(path ...string) string {
+	v := f.get(path...)
+	if v == nil {
+		return ""
+	}
+	b, err := v.StringBytes()
+	if err != nil {
+		f.fail(path, "string", v)
+		return ""
+	}
+	return string(b)
+}
+
+func (f *fields) bool(path ...string) bool {
+	v := f.get(path...)
+	if v == nil {
+		return false
+	}
+	b, err := v.Bool()
+	if err != nil {
+		f.fail(path, "boolean", v)
+	}
+	return b
+}
+
+func (f *fields) strings(path ...string) []string {
+	v := f.get(path...)
+	if v == nil {
+		return nil
+	}
+	items, err := v.Array()
+	if err != nil {
+		f.fail(path, "array of strings", v)
+		return nil
+	}
+	out := make([]string, 0, len(items))
+	for _, item := range items {
+		b, err := item.StringBytes()
+		if err != nil {
+			f.fail(path, "array of strings", v)
+			return nil
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
+func joinPath(path []string) string {
+	s := ""
+	for i, p := range path {
+		if i > 0 {
+			s += "."
+		}
+		s += p
+	}
+	return s
 }

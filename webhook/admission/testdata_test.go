@@ -11,7 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/internal/testfixtures"
 	"github.com/leaseguard/leaseguard/webhook/policy"
@@ -42,13 +41,12 @@ func testPolicySource(t testing.TB) PolicySource {
 
 func validatingHandler(t testing.TB) http.Handler {
 	v := &Validator{Policies: testPolicySource(t), Log: logr.Discard(), Now: func() time.Time { return testNow }}
-	wh := &cradmission.Webhook{Handler: v}
-	return wh
+	return v.Handler()
 }
 
 func mutatingHandler(t testing.TB) http.Handler {
 	m := &Designator{Policies: testPolicySource(t), Log: logr.Discard(), Now: func() time.Time { return testNow }}
-	return &cradmission.Webhook{Handler: m}
+	return m.Handler()
 }
 
 // review renders an AdmissionReview with the given request fields. Objects
@@ -124,13 +122,4 @@ func post(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.Admissio
 		t.Fatalf("AdmissionReview without response: %s", rec.Body.String())
 	}
 	return rec.Code, out.Response
-}
-
-func decodeReview(t testing.TB, body []byte) *admissionv1.AdmissionRequest {
-	t.Helper()
-	var r admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &r); err != nil || r.Request == nil {
-		t.Fatalf("not an AdmissionReview: %v", err)
-	}
-	return r.Request
 }

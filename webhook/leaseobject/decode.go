@@ -1,13 +1,23 @@
 // Package leaseobject turns the serialized Lease or MultiClusterLease of an
 // admission request (JSON) or of a file (YAML) into the decision core's
-// normalised policy.Object, rejecting what it cannot read with an error that
-// names the field.
+// normalised policy.Object.
+//
+// What it cannot read is handled in two ways. The object's identity
+// (apiVersion, kind, metadata) is validated by the API server for every
+// kind, so a problem there is an error naming the field. A spec field is
+// read as leniently as the API server accepts it (a MultiClusterLease is a
+// custom resource, stored as written, whatever its schema let through): one
+// that still cannot be read is recorded in Object.Unreadable with its JSON
+// text, so that a write which leaves it unchanged can be decided, and the
+// caller (ToPolicyRequest, `leaseguard check`) decides whether a new value
+// of that kind is an error.
 package leaseobject
 
 import (
 	"bytes"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,10 +44,23 @@ func Kind(res policy.Resource) (apiVersion, kind string, ok bool) {
 	return "", "", false
 }
 
-// Decode reads one object of the given resource from JSON or YAML.
+// Decode reads one object of the given resource from JSON or YAML. A spec
+// field it cannot read is an error (see Strict).
 func Decode(res policy.Resource, data []byte) (*policy.Object, error) {
-	wantVersion, wantKind, ok := Kind(res)
-	if !ok {
+	o, err := DecodeLenient(res, data)
+	if err == nil {
+		err = Strict(o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// DecodeLenient reads one object of the given resource from JSON or YAML,
+// recording the spec fields it cannot read in Object.Unreadable.
+func DecodeLenient(res policy.Resource, data []byte) (*policy.Object, error) {
+	if _, _, ok := Kind(res); !ok {
 		return nil, fmt.Errorf("resource %q is not guarded by leaseguard (want leases or multiclusterleases)", res)
 	}
 	data = bytes.TrimSpace(data)
@@ -57,6 +80,47 @@ func Decode(res policy.Resource, data []byte) (*policy.Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot decode object: %w", err)
 	}
+	return DecodeValue(res, v)
+}
+
+// CheckWritten refuses a written object with a spec field leaseguard cannot
+// read, unless the stored object holds the very same value: such a write
+// leaves the field as it was, and is decided without it, so that a stored
+// object never becomes one nobody can write (docs/design.md §4). old is nil
+// on CREATE.
+func CheckWritten(old, new *policy.Object) error {
+	for _, u := range new.Unreadable {
+		same := false
+		if old != nil {
+			for _, o := range old.Unreadable {
+				if o.Field == u.Field && o.Raw == u.Raw {
+					same = true
+				}
+			}
+		}
+		if !same {
+			return fmt.Errorf("%s%s", u.Field, u.Problem)
+		}
+	}
+	return nil
+}
+
+// Strict turns the first unreadable field of o into an error.
+func Strict(o *policy.Object) error {
+	if len(o.Unreadable) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s%s", o.Unreadable[0].Field, o.Unreadable[0].Problem)
+}
+
+// DecodeValue reads an object already parsed (the admission handler parses
+// the whole AdmissionReview once), leniently as DecodeLenient does. The
+// strings it keeps are copies: v may be reused once it returns.
+func DecodeValue(res policy.Resource, v *fastjson.Value) (*policy.Object, error) {
+	wantVersion, wantKind, ok := Kind(res)
+	if !ok {
+		return nil, fmt.Errorf("resource %q is not guarded by leaseguard (want leases or multiclusterleases)", res)
+	}
 	if v.Type() != fastjson.TypeObject {
 		return nil, fmt.Errorf("cannot decode object: want a JSON object, got JSON %s", v.Type())
 	}
@@ -66,32 +130,40 @@ func Decode(res policy.Resource, data []byte) (*policy.Object, error) {
 		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(apiVersion), orMissing(kind), wantVersion, wantKind)
 	}
 	o := &policy.Object{
-		Name:      r.str("metadata", "name"),
-		Namespace: r.str("metadata", "namespace"),
+		Name:         r.str("metadata", "name"),
+		Namespace:    r.str("metadata", "namespace"),
+		GenerateName: r.str("metadata", "generateName"),
 	}
-	o.CreationTimestamp = r.time("metadata", "creationTimestamp")
+	o.CreationTimestamp = r.metaTime("metadata", "creationTimestamp")
 	if ann := r.object("metadata", "annotations"); ann != nil {
+		o.HasAnnotations = true
 		if d := ann.Get(policy.DesignationAnnotation); d != nil {
 			o.HasDesignation = true
 			o.Designated = r.strValue(d, "metadata", "annotations", policy.DesignationAnnotation)
 		}
 	}
+	o.Finalizers = r.raw("metadata", "finalizers")
+	o.OwnerReferences = r.raw("metadata", "ownerReferences")
+	o.RenewWrite = r.renewWrite()
 	if r.object("spec") != nil {
 		s := &o.Spec
-		s.Holder = r.str("spec", "holderIdentity")
-		s.RenewTime = r.time("spec", "renewTime")
-		s.AcquireTime = r.time("spec", "acquireTime")
-		s.LeaseDuration = r.seconds("spec", "leaseDurationSeconds")
-		s.RenewDeadline = r.seconds("spec", "renewDeadlineSeconds")
-		s.RetryPeriod = r.seconds("spec", "retryPeriodSeconds")
-		s.Transitions = r.count("spec", "leaseTransitions")
-		s.Strategy = r.str("spec", "strategy")
-		s.PreferredHolder = r.str("spec", "preferredHolder")
+		s.Holder = r.specStr(o, "holderIdentity")
+		s.RenewTime = r.specTime(o, "renewTime")
+		if !s.RenewTime.IsZero() {
+			o.RenewTimeText = r.str("spec", "renewTime")
+		}
+		s.AcquireTime = r.specTime(o, "acquireTime")
+		s.LeaseDuration = r.specSeconds(o, "leaseDurationSeconds")
+		s.RenewDeadline = r.specSeconds(o, "renewDeadlineSeconds")
+		s.RetryPeriod = r.specSeconds(o, "retryPeriodSeconds")
+		s.Transitions = r.specCount(o, "leaseTransitions")
+		s.Strategy = r.specStr(o, "strategy")
+		s.PreferredHolder = r.specStr(o, "preferredHolder")
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
-	if o.Name == "" {
+	if o.Name == "" && o.GenerateName == "" {
 		return nil, fmt.Errorf("metadata.name is missing")
 	}
 	return o, nil
@@ -113,11 +185,6 @@ func (r *reader) get(path ...string) *fastjson.Value {
 	return v
 }
 
-// fail records "<field>: <problem>" unless an error is already kept.
-func (r *reader) fail(field string, format string, args ...any) {
-	r.failf("%s: "+format, append([]any{field}, args...)...)
-}
-
 func (r *reader) failf(format string, args ...any) {
 	if r.err == nil {
 		r.err = fmt.Errorf(format, args...)
@@ -137,7 +204,7 @@ func (r *reader) str(path ...string) string {
 func (r *reader) strValue(v *fastjson.Value, path ...string) string {
 	b, err := v.StringBytes()
 	if err != nil {
-		r.fail(strings.Join(path, "."), "want string, got JSON %s", v.Type())
+		r.failf("%s: want string, got JSON %s", strings.Join(path, "."), v.Type())
 		return ""
 	}
 	return string(b)
@@ -150,49 +217,127 @@ func (r *reader) object(path ...string) *fastjson.Object {
 	}
 	o, err := v.Object()
 	if err != nil {
-		r.fail(strings.Join(path, "."), "want object, got JSON %s", v.Type())
+		r.failf("%s: want object, got JSON %s", strings.Join(path, "."), v.Type())
 		return nil
 	}
 	return o
 }
 
-// time parses an RFC 3339 time (MicroTime writes microseconds; any fraction
-// is accepted, as the API server does).
-func (r *reader) time(path ...string) time.Time {
+// raw returns the JSON text of a field, "" when absent, null or empty.
+func (r *reader) raw(path ...string) string {
+	v := r.get(path...)
+	if v == nil {
+		return ""
+	}
+	if a, err := v.Array(); err == nil && len(a) == 0 {
+		return ""
+	}
+	return string(v.MarshalTo(nil))
+}
+
+// metaTime reads a metadata timestamp, which the API server always writes.
+func (r *reader) metaTime(path ...string) time.Time {
 	s := r.str(path...)
 	if s == "" {
 		return time.Time{}
 	}
-	t, err := time.Parse(time.RFC3339, s)
+	t, err := ParseTime(s)
 	if err != nil {
-		r.fail(strings.Join(path, "."), "%q is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", s)
+		r.failf("%s: %v", strings.Join(path, "."), err)
 	}
 	return t
 }
 
-// seconds reads a non-negative int32 count of seconds.
-func (r *reader) seconds(path ...string) time.Duration {
-	return time.Duration(r.count(path...)) * time.Second
+// renewWrite is the time of the managedFields entry of the main resource
+// that owns spec.renewTime: when the API server stored the last write of
+// it. A malformed entry is skipped; the API server writes these entries.
+func (r *reader) renewWrite() time.Time {
+	entries := r.get("metadata", "managedFields")
+	if entries == nil {
+		return time.Time{}
+	}
+	list, err := entries.Array()
+	if err != nil {
+		return time.Time{}
+	}
+	var latest time.Time
+	for _, e := range list {
+		if sub := e.GetStringBytes("subresource"); len(sub) > 0 {
+			continue
+		}
+		if e.Get("fieldsV1", "f:spec", "f:renewTime") == nil {
+			continue
+		}
+		if t, err := ParseTime(string(e.GetStringBytes("time"))); err == nil && t.After(latest) {
+			latest = t
+		}
+	}
+	return latest
 }
 
-// count reads a non-negative int32.
-func (r *reader) count(path ...string) int32 {
-	v := r.get(path...)
+// unreadable records a spec field leaseguard cannot read; problem reads on
+// from the field's name (": want string, ...", " is negative (-1)").
+func (r *reader) unreadable(o *policy.Object, name string, v *fastjson.Value, problem string) {
+	o.Unreadable = append(o.Unreadable, policy.Unreadable{Field: "spec." + name, Raw: string(v.MarshalTo(nil)), Problem: problem})
+}
+
+func (r *reader) specStr(o *policy.Object, name string) string {
+	v := r.get("spec", name)
+	if v == nil {
+		return ""
+	}
+	b, err := v.StringBytes()
+	if err != nil {
+		r.unreadable(o, name, v, ": want string, got JSON "+v.Type().String())
+		return ""
+	}
+	return string(b)
+}
+
+// specTime reads a time as the API server accepts it (ParseTime).
+func (r *reader) specTime(o *policy.Object, name string) time.Time {
+	v := r.get("spec", name)
+	if v == nil {
+		return time.Time{}
+	}
+	b, err := v.StringBytes()
+	if err != nil {
+		r.unreadable(o, name, v, ": want an RFC 3339 time string, got JSON "+v.Type().String())
+		return time.Time{}
+	}
+	if len(b) == 0 {
+		return time.Time{}
+	}
+	t, err := ParseTime(string(b))
+	if err != nil {
+		r.unreadable(o, name, v, ": "+err.Error())
+	}
+	return t
+}
+
+// specSeconds reads a non-negative int32 count of seconds.
+func (r *reader) specSeconds(o *policy.Object, name string) time.Duration {
+	return time.Duration(r.specCount(o, name)) * time.Second
+}
+
+// specCount reads a non-negative int32.
+func (r *reader) specCount(o *policy.Object, name string) int32 {
+	v := r.get("spec", name)
 	if v == nil {
 		return 0
 	}
 	if v.Type() != fastjson.TypeNumber {
-		r.fail(strings.Join(path, "."), "want integer, got JSON %s", v.Type())
+		r.unreadable(o, name, v, ": want integer, got JSON "+v.Type().String())
 		return 0
 	}
 	n, err := v.Int64()
 	switch {
 	case err != nil:
-		r.fail(strings.Join(path, "."), "want integer, got %s", v)
+		r.unreadable(o, name, v, ": want integer, got "+v.String())
 	case n < 0:
-		r.failf("%s is negative (%d)", strings.Join(path, "."), n)
+		r.unreadable(o, name, v, " is negative ("+strconv.FormatInt(n, 10)+")")
 	case n > math.MaxInt32:
-		r.failf("%s is out of range (%d)", strings.Join(path, "."), n)
+		r.unreadable(o, name, v, " is out of range ("+strconv.FormatInt(n, 10)+")")
 	default:
 		return int32(n)
 	}
@@ -207,8 +352,21 @@ func orMissing(s string) string {
 }
 
 // DecodeAny reads a Lease or a MultiClusterLease, telling which from its
-// apiVersion and kind.
+// apiVersion and kind. An unreadable spec field is an error.
 func DecodeAny(data []byte) (policy.Resource, *policy.Object, error) {
+	res, o, err := DecodeAnyLenient(data)
+	if err == nil {
+		err = Strict(o)
+	}
+	if err != nil {
+		return res, nil, err
+	}
+	return res, o, nil
+}
+
+// DecodeAnyLenient is DecodeAny recording unreadable spec fields in
+// Object.Unreadable, as DecodeLenient does.
+func DecodeAnyLenient(data []byte) (policy.Resource, *policy.Object, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return "", nil, fmt.Errorf("empty object")
@@ -222,7 +380,7 @@ func DecodeAny(data []byte) (policy.Resource, *policy.Object, error) {
 	}
 	for _, res := range []policy.Resource{policy.Leases, policy.MultiClusterLeases} {
 		if v, k, _ := Kind(res); head.APIVersion == v && head.Kind == k {
-			o, err := Decode(res, trimmed)
+			o, err := DecodeLenient(res, trimmed)
 			return res, o, err
 		}
 	}

@@ -442,3 +442,86 @@ func TestKind(t *testing.T) {
 		}
 	}
 }
+
+// Every time the API server stores must be readable: a Lease's MicroTime,
+// and whatever a custom resource's `format: date-time` lets through.
+func TestParseTimeAcceptsWhatTheAPIServerStores(t *testing.T) {
+	utc := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	cases := []struct {
+		in   string
+		want time.Time
+	}{
+		{"2026-11-30T14:00:00.000000Z", utc("2026-11-30T14:00:00Z")},
+		{"2026-11-30t14:00:00z", utc("2026-11-30T14:00:00Z")},
+		{"2026-11-30T14:00:00.5z", utc("2026-11-30T14:00:00.5Z")},
+		{"2026-11-30T14:00:00.123456789123Z", utc("2026-11-30T14:00:00.123456789Z")},
+		{"2026-11-30T14:00:00+99:00", utc("2026-11-26T11:00:00Z")},
+		{"2026-11-30T14:00:00-00:30", utc("2026-11-30T14:30:00Z")},
+		{"2026-11-30T14:00:00.000000+01:00", utc("2026-11-30T13:00:00Z")},
+	}
+	for _, c := range cases {
+		got, err := ParseTime(c.in)
+		if err != nil || !got.Equal(c.want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"yesterday", "2026-11-30", "2026-11-30T24:00:00Z", "2026-11-30T14:60:00Z", "2026-02-30T14:00:00Z",
+		"2026-11-30 14:00:00Z", "2026-11-30T14:00:00", "2026-11-30T14:00:00.Z", "2026-11-30T14:00:00+0100", "2026-11-30T14:00:00+1:00"} {
+		if got, err := ParseTime(bad); err == nil {
+			t.Errorf("ParseTime(%q) = %v, want an error", bad, got)
+		} else if !strings.Contains(err.Error(), "is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z") {
+			t.Errorf("ParseTime(%q) error %q", bad, err)
+		}
+	}
+}
+
+// A stored object with a spec field leaseguard cannot read is decided
+// without it: the field is recorded with its JSON text, not an error.
+func TestDecodeLenientRecordsUnreadableSpecFields(t *testing.T) {
+	data := `{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease",
+	  "metadata":{"name":"m","namespace":"ns","finalizers":["f"],"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"u"}],
+	    "managedFields":[
+	      {"manager":"kcc","operation":"Update","time":"2026-11-30T14:00:03Z","fieldsV1":{"f:spec":{"f:holderIdentity":{},"f:renewTime":{}}}},
+	      {"manager":"ctrl","operation":"Update","subresource":"status","time":"2026-11-30T14:00:09Z","fieldsV1":{"f:status":{}}},
+	      {"manager":"labeler","operation":"Update","time":"2026-11-30T14:00:07Z","fieldsV1":{"f:metadata":{"f:labels":{}}}}]},
+	  "spec":{"holderIdentity":"c","renewTime":"yesterday","leaseDurationSeconds":-5}}`
+	o, err := DecodeLenient(policy.MultiClusterLeases, []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Unreadable) != 2 || o.Unreadable[0].Field != "spec.renewTime" || o.Unreadable[0].Raw != `"yesterday"` ||
+		o.Unreadable[1].Field != "spec.leaseDurationSeconds" || o.Unreadable[1].Raw != "-5" {
+		t.Fatalf("Unreadable = %+v", o.Unreadable)
+	}
+	if o.Spec.Holder != "c" || !o.Spec.RenewTime.IsZero() || o.Spec.LeaseDuration != 0 {
+		t.Errorf("spec %+v", o.Spec)
+	}
+	// Only the main resource's owner of spec.renewTime tells when the last
+	// renewal was stored: not the status writer, not the labeller.
+	if want := time.Date(2026, 11, 30, 14, 0, 3, 0, time.UTC); !o.RenewWrite.Equal(want) {
+		t.Errorf("RenewWrite = %v, want %v", o.RenewWrite, want)
+	}
+	if o.Finalizers != `["f"]` || !strings.Contains(o.OwnerReferences, `"name":"x"`) {
+		t.Errorf("Finalizers %q, OwnerReferences %q", o.Finalizers, o.OwnerReferences)
+	}
+	if _, err := Decode(policy.MultiClusterLeases, []byte(data)); err == nil ||
+		err.Error() != `spec.renewTime: "yesterday" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z` {
+		t.Errorf("strict Decode error %v", err)
+	}
+}
+
+// The mutating webhook sees a CREATE with generateName before the API server
+// names the object.
+func TestDecodeGenerateName(t *testing.T) {
+	o, err := Decode(policy.MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"generateName":"kcc-","namespace":"ns"}}`))
+	if err != nil || o.Name != "" || o.GenerateName != "kcc-" {
+		t.Fatalf("Decode = %+v, %v", o, err)
+	}
+}

@@ -21,6 +21,8 @@ type Recorder struct {
 	renewalIntervals   *prometheus.HistogramVec
 	designationChanges *prometheus.CounterVec
 	badRequests        *prometheus.CounterVec
+	unreadableStored   *prometheus.CounterVec
+	coalesced          *prometheus.CounterVec
 	policyReloads      *prometheus.CounterVec
 	policyValid        prometheus.Gauge
 }
@@ -48,8 +50,16 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}, []string{"rule"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseguard_bad_requests_total",
-			Help: "Admission requests leaseguard could not read, answered with an error (never allowed).",
-		}, []string{"webhook"}),
+			Help: "Admission requests leaseguard could not read, by webhook and reason (unreadable, too_large); validation refuses them, never allows.",
+		}, []string{"webhook", "reason"}),
+		unreadableStored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_unreadable_stored_objects_total",
+			Help: "Admitted writes to a stored lease with a spec field leaseguard cannot read, decided without it.",
+		}, []string{"resource"}),
+		coalesced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_coalesced_renewals_total",
+			Help: "Early renewals the mutating webhook set back to the stored renewTime, so that the API server stores nothing.",
+		}, []string{"resource"}),
 		policyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseguard_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, invalid).",
@@ -59,7 +69,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Help: "1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.policyReloads, r.policyValid} {
+	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.policyReloads, r.policyValid} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -87,11 +97,28 @@ func (r *Recorder) Decision(res policy.Resource, d *policy.Decision, took time.D
 }
 
 // BadRequest records a request that could not be read.
-func (r *Recorder) BadRequest(webhook string) {
+func (r *Recorder) BadRequest(webhook, reason string) {
 	if r == nil {
 		return
 	}
-	r.badRequests.WithLabelValues(webhook).Inc()
+	r.badRequests.WithLabelValues(webhook, reason).Inc()
+}
+
+// UnreadableStored records an admitted write to a stored object with a field
+// leaseguard could not read.
+func (r *Recorder) UnreadableStored(res policy.Resource) {
+	if r == nil {
+		return
+	}
+	r.unreadableStored.WithLabelValues(string(res)).Inc()
+}
+
+// Coalesced records an early renewal the mutating webhook coalesced.
+func (r *Recorder) Coalesced(res policy.Resource) {
+	if r == nil {
+		return
+	}
+	r.coalesced.WithLabelValues(string(res)).Inc()
 }
 
 // PolicyReload records a reload attempt of the policy file.

@@ -23,7 +23,7 @@ func TestDecisionsAreCountedByRuleVerdictAndInvariant(t *testing.T) {
 	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Allow}, time.Microsecond)
 	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", DesignationChanged: true}, time.Microsecond)
 	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantDesignationChange, DesignationChanged: true}, time.Microsecond)
-	r.BadRequest("validate")
+	r.BadRequest("validate", "too_large")
 	r.PolicyReload(false)
 
 	want := `
@@ -37,9 +37,9 @@ leaseguard_decisions_total{invariant="I9",resource="leases",rule="bound",verdict
 # HELP leaseguard_designation_changes_total Admitted writes that changed the designated manager of a lease.
 # TYPE leaseguard_designation_changes_total counter
 leaseguard_designation_changes_total{rule="kcc-mcl"} 1
-# HELP leaseguard_bad_requests_total Admission requests leaseguard could not read, answered with an error (never allowed).
+# HELP leaseguard_bad_requests_total Admission requests leaseguard could not read, by webhook and reason (unreadable, too_large); validation refuses them, never allows.
 # TYPE leaseguard_bad_requests_total counter
-leaseguard_bad_requests_total{webhook="validate"} 1
+leaseguard_bad_requests_total{reason="too_large",webhook="validate"} 1
 # HELP leaseguard_policy_file_valid 1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.
 # TYPE leaseguard_policy_file_valid gauge
 leaseguard_policy_file_valid 0
@@ -74,7 +74,7 @@ leaseguard_policy_file_valid 0
 func TestNilRecorderIsANoOp(t *testing.T) {
 	var r *Recorder
 	r.Decision(policy.Leases, &policy.Decision{}, 0)
-	r.BadRequest("validate")
+	r.BadRequest("validate", "too_large")
 	r.PolicyReload(true)
 	r.PolicyLoaded()
 }

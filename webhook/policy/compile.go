@@ -161,13 +161,32 @@ func (r *Rule) compileIdentities(in *v1alpha1.Rule, path *field.Path) field.Erro
 	return errs
 }
 
-// compileRenewals reads the clients' timings and the renewal interval,
-// checking that the interval is one those clients survive.
+// compileRenewals reads the clients' timings and what the rule does to
+// renewals: the rate limit (I6), coalescing and the lease bounds (I10),
+// checking each against what those clients survive.
 func (r *Rule) compileRenewals(in *v1alpha1.Rule, path *field.Path, skew time.Duration) field.ErrorList {
 	timings, errs := compileTimings(in.AssumedClient, path.Child("assumedClient"))
-	r.maxRenewInterval = timings.MaxRenewInterval(skew)
-	limits := in.MinRenewInterval != nil && (in.MinRenewInterval.Auto || in.MinRenewInterval.Duration > 0)
 	timingsValid := len(errs) == 0
+	r.maxRenewInterval = timings.MaxRenewInterval(skew)
+	r.backOffLosers = in.BackOffLosers
+
+	r.maxLeaseDuration = DefaultMaxLeaseDurationFactor * timings.LeaseDuration
+	if in.MaxLeaseDuration != nil {
+		r.maxLeaseDuration = in.MaxLeaseDuration.Duration
+		switch p := path.Child("maxLeaseDuration"); {
+		case r.maxLeaseDuration%time.Second != 0 || r.maxLeaseDuration <= 0:
+			errs = append(errs, field.Invalid(p, r.maxLeaseDuration.String(), "must be a positive whole number of seconds, as leaseDurationSeconds is"))
+		case timingsValid && r.maxLeaseDuration < timings.LeaseDuration:
+			errs = append(errs, field.Invalid(p, r.maxLeaseDuration.String(), fmt.Sprintf(
+				"is shorter than the assumed clients' lease duration %s: their own writes would be refused; raise it or declare the clients in assumedClient", timings.LeaseDuration)))
+		}
+	}
+
+	if c := in.CoalesceRenewals; c != nil {
+		errs = append(errs, r.compileCoalescing(c, path.Child("coalesceRenewals"), timings, timingsValid, skew)...)
+	}
+
+	limits := in.MinRenewInterval != nil && (in.MinRenewInterval.Auto || in.MinRenewInterval.Duration > 0)
 	if limits && timingsValid && r.maxRenewInterval <= 0 {
 		errs = append(errs, field.Invalid(path.Child("assumedClient"), timings.String(), fmt.Sprintf(
 			"leaves no room for rate limiting with clockSkew %s: the longest interval these clients survive, "+
@@ -178,6 +197,12 @@ func (r *Rule) compileRenewals(in *v1alpha1.Rule, path *field.Path, skew time.Du
 	if in.MinRenewInterval == nil {
 		return errs
 	}
+	if r.coalesceInterval > 0 {
+		// A renewal that leaves coalescing is one whose renewTime advanced
+		// by the coalescing interval; by the server's clock that may look up
+		// to clockSkew less. The rate limit must admit it.
+		r.maxRenewInterval = min(r.maxRenewInterval, r.coalesceInterval-skew)
+	}
 	if in.MinRenewInterval.Auto {
 		r.autoRenew = true
 		return errs
@@ -187,6 +212,10 @@ func (r *Rule) compileRenewals(in *v1alpha1.Rule, path *field.Path, skew time.Du
 	switch limit := r.maxRenewInterval; {
 	case iv < 0:
 		errs = append(errs, field.Invalid(ivPath, iv.String(), "must not be negative"))
+	case timingsValid && iv > 0 && iv > limit && r.coalesceInterval > 0:
+		errs = append(errs, field.Invalid(ivPath, iv.String(), fmt.Sprintf(
+			"would refuse renewals that coalescing stores: they come coalesceRenewals (%s) apart, which with clockSkew %s may look like %s; use at most %s or \"auto\"",
+			r.coalesceInterval, skew, limit, limit)))
 	case timingsValid && iv > 0 && iv > limit:
 		errs = append(errs, field.Invalid(ivPath, iv.String(), fmt.Sprintf(
 			"clients with %s would lose their lease: a renewal held back that long misses the renew deadline (with clockSkew %s); "+
@@ -195,6 +224,33 @@ func (r *Rule) compileRenewals(in *v1alpha1.Rule, path *field.Path, skew time.Du
 	}
 	r.minRenewInterval = iv
 	return errs
+}
+
+// compileCoalescing reads coalesceRenewals: "auto" is the longest interval
+// the clients' followers survive, in whole seconds; a fixed one may not be
+// longer.
+func (r *Rule) compileCoalescing(c *v1alpha1.CoalesceInterval, p *field.Path, timings ClientTimings, timingsValid bool, skew time.Duration) field.ErrorList {
+	limit := timings.MaxCoalesceInterval(skew)
+	if c.Auto {
+		r.coalesceInterval = limit.Truncate(time.Second)
+		if timingsValid && r.coalesceInterval <= 0 {
+			return field.ErrorList{field.Invalid(p, "auto", fmt.Sprintf(
+				"clients with %s leave no room for coalescing with clockSkew %s (docs/rate-limiting.md); drop coalesceRenewals or declare the clients in assumedClient",
+				timings.Describe(), skew))}
+		}
+		return nil
+	}
+	r.coalesceInterval = c.Duration
+	switch {
+	case c.Duration < 0:
+		return field.ErrorList{field.Invalid(p, c.Duration.String(), "must not be negative")}
+	case timingsValid && c.Duration > limit:
+		return field.ErrorList{field.Invalid(p, c.Duration.String(), fmt.Sprintf(
+			"followers of clients with %s would think the lease expired: stored renewals would come up to %s apart and a follower polls only every %s to %s (with clockSkew %s); use at most %s or \"auto\"",
+			timings.Describe(), c.Duration+timings.RetryPeriod, timings.RetryPeriod,
+			timings.RetryPeriod+time.Duration(float64(timings.RetryPeriod)*followerJitter), skew, limit))}
+	}
+	return nil
 }
 
 func (r *Rule) compileEnforcement(in *v1alpha1.Rule, path *field.Path) field.ErrorList {

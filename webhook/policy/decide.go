@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -67,8 +68,9 @@ func (c *check) status() Decision {
 // mainResource decides a CREATE, UPDATE or DELETE of the object itself.
 func (c *check) mainResource() Decision {
 	r, req, caller := c.rule, c.req, &c.req.Caller
-	metadataOnly := req.Operation == Update && req.Old != nil && req.New != nil &&
-		req.Old.Spec.Equal(&req.New.Spec) && sameDesignation(req.Old, req.New)
+	update := req.Operation == Update && req.Old != nil && req.New != nil
+	specUnchanged := update && sameSpec(req.Old, req.New)
+	metadataOnly := specUnchanged && sameDesignation(req.Old, req.New)
 
 	// I1 and I9: who counts as a manager of this object.
 	var vals captures
@@ -78,9 +80,10 @@ func (c *check) mainResource() Decision {
 	}
 	if !bound && !r.isManager(caller.Username) {
 		// The MultiClusterLease controller adds and removes its finalizer with
-		// full UPDATEs that touch no lease field.
-		if metadataOnly && r.statusWriters.matchCaller(caller) {
-			return c.allowed()
+		// full UPDATEs that touch no lease field; it has no business with
+		// owner references.
+		if metadataOnly && r.statusWriters.matchCaller(caller) && req.Old.OwnerReferences == req.New.OwnerReferences {
+			return c.metadataWrite()
 		}
 		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint())
 	}
@@ -103,17 +106,22 @@ func (c *check) mainResource() Decision {
 		}
 		designationChanged = true
 	}
-	if metadataOnly {
-		return c.allowed()
+	if metadataOnly && !c.ownershipChanged() {
+		// Labels and other annotations are free metadata for managers.
+		return c.metadataWrite()
 	}
 
 	// I2: while the designation is fresh only the designated manager writes
-	// the spec or deletes.
-	if d, ok := c.designated(); !ok {
+	// the spec, deletes, or changes what decides whether and when the
+	// object disappears (I11).
+	if d, ok := c.designated(metadataOnly); !ok {
 		return d
 	}
 	if req.Operation == Delete {
 		return c.allowed()
+	}
+	if metadataOnly {
+		return c.metadataWrite()
 	}
 
 	if d, ok := c.specWrite(); !ok {
@@ -122,9 +130,30 @@ func (c *check) mainResource() Decision {
 	d := c.allowed()
 	d.DesignationChanged = designationChanged
 	if req.Old != nil && isRenewal(&req.Old.Spec, &req.New.Spec) {
-		d.RenewalInterval = renewalElapsed(&req.Old.Spec, req.Now)
+		d.RenewalInterval = c.sinceStoredWrite(req.Old)
 	}
+	d.Notice = c.unreadableNotice()
 	return d
+}
+
+// metadataWrite admits a write that changes no lease field, once the server's
+// record of the last renewal is known not to move backwards (I7): rewriting
+// managedFields is the one way a metadata write could reset the clock the
+// rate limit judges by.
+func (c *check) metadataWrite() Decision {
+	if d, ok := c.renewWriteRecord(); !ok {
+		return d
+	}
+	d := c.allowed()
+	d.Notice = c.unreadableNotice()
+	return d
+}
+
+// ownershipChanged reports whether an UPDATE changes the finalizers or the
+// owner references: what decides whether and when the object disappears.
+func (c *check) ownershipChanged() bool {
+	old, new := c.req.Old, c.req.New
+	return old != nil && new != nil && (old.Finalizers != new.Finalizers || old.OwnerReferences != new.OwnerReferences)
 }
 
 // designationChange enforces I3 for a write that changes the annotation.
@@ -152,14 +181,19 @@ func (c *check) designationChange() (Decision, bool) {
 	}
 	if oldSet && old.Designated != caller.Username && c.fresh(old) {
 		return c.deny(InvariantDesignationChange, http.StatusForbidden,
-			"may not take over the designation of", "designated: "+c.relative(old.Designated)+", stale in "+c.staleIn(old)), false
+			"may not take over the designation of", "designated: "+c.relative(old.Designated)+", "+c.staleIn(old)), false
 	}
 	return Decision{}, true
 }
 
-// designated enforces I2 against the stored designation.
-func (c *check) designated() (Decision, bool) {
+// designated enforces I2 against the stored designation. ownership says the
+// write changes only finalizers or owner references, and is judged as I11.
+func (c *check) designated(ownership bool) (Decision, bool) {
 	req, caller := c.req, &c.req.Caller
+	inv, problem := InvariantDesignatedWriter, "is not the designated manager of"
+	if ownership {
+		inv, problem = InvariantMetadata, "may not change finalizers or ownerReferences of"
+	}
 	switch c.rule.designation {
 	case DesignationNone:
 		return Decision{}, true
@@ -167,17 +201,22 @@ func (c *check) designated() (Decision, bool) {
 		if caller.Username == c.rule.fixedManager {
 			return Decision{}, true
 		}
-		return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "is not the designated manager of",
+		return c.deny(inv, http.StatusForbidden, problem,
 			"designated: "+c.relative(c.rule.fixedManager)), false
 	case DesignationByAnnotation:
 		if req.Old != nil && req.Old.HasDesignation && req.Old.Designated == caller.Username {
 			return Decision{}, true
 		}
 		if req.Old == nil || !req.Old.HasDesignation || req.Old.Designated == "" {
-			return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "may not write",
+			if ownership {
+				problem = "may not change finalizers or ownerReferences of"
+			} else {
+				problem = "may not write"
+			}
+			return c.deny(inv, http.StatusForbidden, problem,
 				"no designated manager yet: an operator sets annotation "+DesignationAnnotation), false
 		}
-		return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "is not the designated manager of",
+		return c.deny(inv, http.StatusForbidden, problem,
 			"designated: "+c.relative(req.Old.Designated)), false
 	}
 	// Auto: an absent designation is taken by the first writer; a stale one
@@ -186,78 +225,132 @@ func (c *check) designated() (Decision, bool) {
 	if old == nil || !old.HasDesignation || old.Designated == "" || old.Designated == caller.Username || !c.fresh(old) {
 		return Decision{}, true
 	}
-	return c.deny(InvariantDesignatedWriter, http.StatusForbidden, "is not the designated manager of",
-		"designated: "+c.relative(old.Designated)+", stale in "+c.staleIn(old)), false
+	d := c.deny(inv, http.StatusForbidden, problem,
+		"designated: "+c.relative(old.Designated)+", "+c.staleIn(old))
+	if !ownership && c.backOff() {
+		// client-go sleeps Retry-After and sends the same request again:
+		// the losing candidates wait for the designation to go stale
+		// instead of asking every retry period.
+		d.Code = http.StatusTooManyRequests
+		d.RetryAfter = min(c.expiry(old).Add(c.skew).Sub(req.Now), c.rule.maxLeaseDuration+c.skew)
+	}
+	return d, false
 }
 
-// specWrite enforces I4, I5, I7 and I6 on a CREATE or an UPDATE that changes
-// lease fields.
+// backOff reports whether a non-designated manager's refused write is
+// answered with 429: the rule asks for it, and the request is neither a dry
+// run nor sent by kubectl, whose user wants the answer at once.
+func (c *check) backOff() bool {
+	req := c.req
+	return c.rule.backOffLosers && req.Operation != Delete && !req.DryRun &&
+		!strings.HasPrefix(req.FieldManager, "kubectl")
+}
+
+// specWrite enforces I4, I5, I10, I7 and I6 on a CREATE or an UPDATE that
+// changes lease fields.
 func (c *check) specWrite() (Decision, bool) {
+	if d, ok := c.fencing(); !ok {
+		return d, false
+	}
+	if d, ok := c.holderBound(); !ok {
+		return d, false
+	}
+	if d, ok := c.bounds(); !ok {
+		return d, false
+	}
+	if d, ok := c.leaseTimes(); !ok {
+		return d, false
+	}
+	if d, ok := c.renewWriteRecord(); !ok {
+		return d, false
+	}
+	return c.writeRate()
+}
+
+// fencing enforces I4: who may change the holder, and how a Lease counts
+// its transitions.
+func (c *check) fencing() (Decision, bool) {
 	req := c.req
 	newSpec := &req.New.Spec
-	var oldSpec *Spec
-	if req.Old != nil {
-		oldSpec = &req.Old.Spec
+	if req.Old == nil {
+		// client-go creates with 0; any count will do, but one that leaves
+		// no room for the next acquisition would fence everyone out.
+		if req.Resource == Leases && newSpec.Transitions == math.MaxInt32 {
+			return c.deny(InvariantFencing, http.StatusForbidden, "creates with leaseTransitions "+itoa(int64(newSpec.Transitions)),
+				"leaves no room to count the next acquisition"), false
+		}
+		return Decision{}, true
 	}
-
-	// I4: fencing.
-	if oldSpec != nil && oldSpec.Holder != newSpec.Holder {
-		if oldSpec.Holder != "" && newSpec.Holder != "" && !c.expired(req.Old) {
+	oldSpec := &req.Old.Spec
+	live := oldSpec.Holder != "" && !c.expired(req.Old)
+	switch {
+	case oldSpec.Holder == newSpec.Holder:
+		if req.Resource == Leases && newSpec.Transitions != oldSpec.Transitions {
 			return c.deny(InvariantFencing, http.StatusForbidden,
-				"may not change the holder ("+clip(oldSpec.Holder)+" to "+clip(newSpec.Holder)+") of",
-				"held until "+c.expiry(req.Old).Add(c.skew).UTC().Format(time.RFC3339)+", expires in "+c.expiresIn(req.Old)), false
+				"changes leaseTransitions ("+itoa(int64(oldSpec.Transitions))+" to "+itoa(int64(newSpec.Transitions))+") without a new holder on",
+				"leaseTransitions changes only on acquisition"), false
 		}
-		if req.Resource == Leases && newSpec.Holder != "" {
-			if newSpec.Transitions != oldSpec.Transitions+1 {
-				return c.deny(InvariantFencing, http.StatusForbidden,
-					"changes the holder without counting the transition on",
-					"leaseTransitions must go from "+itoa(int64(oldSpec.Transitions))+" to "+itoa(int64(oldSpec.Transitions)+1)), false
-			}
-			if newSpec.AcquireTime.IsZero() || newSpec.AcquireTime.Equal(oldSpec.AcquireTime) {
-				return c.deny(InvariantFencing, http.StatusForbidden,
-					"changes the holder without a new acquireTime on", "set spec.acquireTime to the time of acquisition"), false
-			}
-		}
+		return Decision{}, true
+	case newSpec.Holder != "" && live:
+		return c.deny(InvariantFencing, http.StatusForbidden,
+			"may not change the holder ("+clip(oldSpec.Holder)+" to "+clip(newSpec.Holder)+") of",
+			c.heldUntil(req.Old)), false
+	case newSpec.Holder == "" && live && !c.holdsLease(oldSpec.Holder):
+		// A release hands the lease to whoever asks next: only its holder
+		// may do that before it expires.
+		return c.deny(InvariantFencing, http.StatusForbidden,
+			"may not release the lease of "+clip(oldSpec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(req.Old)), false
 	}
-
-	// I5: the holder belongs to the caller.
-	if newSpec.Holder != "" {
-		if d, ok := c.holderBinding(newSpec.Holder); !ok {
-			return d, false
-		}
+	if req.Resource != Leases {
+		return Decision{}, true
 	}
-
-	// I7: renewTime sanity.
-	if !newSpec.RenewTime.IsZero() {
-		if oldSpec != nil && newSpec.RenewTime.Before(oldSpec.RenewTime) {
-			return c.deny(InvariantRenewTime, http.StatusForbidden, "moves renewTime backwards on",
-				"stored renewTime: "+oldSpec.RenewTime.UTC().Format(time.RFC3339Nano)), false
+	if newSpec.Holder == "" {
+		// client-go's ReleaseOnCancel keeps the count; the next acquisition
+		// increments it.
+		if newSpec.Transitions != oldSpec.Transitions {
+			return c.deny(InvariantFencing, http.StatusForbidden,
+				"changes leaseTransitions ("+itoa(int64(oldSpec.Transitions))+" to "+itoa(int64(newSpec.Transitions))+") on release of",
+				"a release keeps leaseTransitions"), false
 		}
-		if limit := req.Now.Add(c.skew); newSpec.RenewTime.After(limit) {
-			return c.deny(InvariantRenewTime, http.StatusForbidden, "sets a renewTime in the future on",
-				"renewTime "+newSpec.RenewTime.Sub(req.Now).Round(time.Millisecond).String()+" ahead of the server clock, allowed "+c.skew.String()), false
-		}
+		return Decision{}, true
 	}
-
-	// I6: renewal rate, judged against the stored object by the server
-	// clock. client-go answers a 429 by sleeping Retry-After and sending the
-	// very same body again; measured this way, that retry is admitted, so the
-	// elector keeps its lease while its early write waits (docs/rate-limiting.md).
-	if oldSpec != nil && isRenewal(oldSpec, newSpec) {
-		interval := c.rule.renewInterval(req.Old)
-		if elapsed := renewalElapsed(oldSpec, req.Now); interval > 0 && elapsed < interval {
-			d := c.deny(InvariantRenewalRate, http.StatusTooManyRequests, "renews too often",
-				"renewed "+elapsed.Truncate(time.Millisecond).String()+" after the stored renewal, minimum "+interval.String())
-			d.RetryAfter = interval - elapsed
-			d.RenewalInterval = elapsed
-			return d, false
-		}
+	if int64(newSpec.Transitions) != int64(oldSpec.Transitions)+1 {
+		return c.deny(InvariantFencing, http.StatusForbidden,
+			"changes the holder without counting the transition on",
+			"leaseTransitions must go from "+itoa(int64(oldSpec.Transitions))+" to "+itoa(int64(oldSpec.Transitions)+1)), false
+	}
+	if newSpec.AcquireTime.IsZero() || newSpec.AcquireTime.Equal(oldSpec.AcquireTime) {
+		return c.deny(InvariantFencing, http.StatusForbidden,
+			"changes the holder without a new acquireTime on", "set spec.acquireTime to the time of acquisition"), false
 	}
 	return Decision{}, true
 }
 
-// holderBinding enforces I5.
-func (c *check) holderBinding(holder string) (Decision, bool) {
+// holdsLease reports whether the caller is the lease's holder, as far as the
+// rule's holder binding can tell: its pod under holderBinding pod, its
+// username under username. Without a binding the holder cannot be told
+// from the caller, and I2 has already decided who may write.
+func (c *check) holdsLease(holder string) bool {
+	caller := &c.req.Caller
+	switch c.rule.holderBinding {
+	case HolderBindingPod:
+		return caller.PodName != "" && holderIsPod(holder, caller.PodName)
+	case HolderBindingUsername:
+		return holder == caller.Username
+	}
+	return true
+}
+
+func holderIsPod(holder, pod string) bool {
+	return holder == pod || (strings.HasPrefix(holder, pod) && holder[len(pod)] == '_')
+}
+
+// holderBound enforces I5 on a written non-empty holder.
+func (c *check) holderBound() (Decision, bool) {
+	holder := c.req.New.Spec.Holder
+	if holder == "" {
+		return Decision{}, true
+	}
 	caller := &c.req.Caller
 	switch c.rule.holderBinding {
 	case HolderBindingPod:
@@ -265,7 +358,7 @@ func (c *check) holderBinding(holder string) (Decision, bool) {
 			return c.deny(InvariantHolder, http.StatusForbidden, "has no pod-bound token and may not write",
 				"holderBinding pod needs the "+PodNameExtra+" extra"), false
 		}
-		if holder != caller.PodName && !(strings.HasPrefix(holder, caller.PodName) && holder[len(caller.PodName)] == '_') {
+		if !holderIsPod(holder, caller.PodName) {
 			return c.deny(InvariantHolder, http.StatusForbidden, "writes holder "+clip(holder)+" of another pod on",
 				"want "+clip(caller.PodName)+"[_<id>]"), false
 		}
@@ -278,10 +371,113 @@ func (c *check) holderBinding(holder string) (Decision, bool) {
 	return Decision{}, true
 }
 
-// renewalElapsed is the time since the stored renewal, by the server clock
-// (zero when the stored renewTime is ahead of it, within the skew allowance).
-func renewalElapsed(old *Spec, now time.Time) time.Duration {
-	if e := now.Sub(old.RenewTime); e > 0 {
+// bounds enforces I10: the durations a write declares stay within the rule's
+// maximum, so that no holder keeps a lease for longer than its clients would.
+func (c *check) bounds() (Decision, bool) {
+	s, limit := &c.req.New.Spec, c.rule.maxLeaseDuration
+	for _, f := range [...]struct {
+		name string
+		d    time.Duration
+	}{{"leaseDurationSeconds", s.LeaseDuration}, {"renewDeadlineSeconds", s.RenewDeadline}, {"retryPeriodSeconds", s.RetryPeriod}} {
+		if f.d > limit {
+			return c.deny(InvariantBounds, http.StatusForbidden,
+				"sets "+f.name+" "+itoa(int64(f.d/time.Second))+" on", "at most "+itoa(int64(limit/time.Second))+" (maxLeaseDuration)"), false
+		}
+	}
+	return Decision{}, true
+}
+
+// leaseTimes enforces I7 on the times a write declares: renewTime never moves
+// backwards, no time lies in the future beyond the clock-skew allowance, and
+// a held lease never loses its renewTime or acquireTime.
+func (c *check) leaseTimes() (Decision, bool) {
+	req := c.req
+	newSpec := &req.New.Spec
+	limit := req.Now.Add(c.skew)
+	for _, f := range [...]struct {
+		article, name string
+		t             time.Time
+	}{{"a ", "renewTime", newSpec.RenewTime}, {"an ", "acquireTime", newSpec.AcquireTime}} {
+		if f.t.After(limit) {
+			return c.deny(InvariantLeaseTimes, http.StatusForbidden, "sets "+f.article+f.name+" in the future on",
+				f.name+" "+durationText(f.t.Sub(req.Now))+" ahead of the server clock, allowed "+c.skew.String()), false
+		}
+	}
+	if req.Old == nil {
+		return Decision{}, true
+	}
+	oldSpec := &req.Old.Spec
+	if !newSpec.RenewTime.IsZero() && newSpec.RenewTime.Before(oldSpec.RenewTime) {
+		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "moves renewTime backwards on",
+			"stored renewTime: "+oldSpec.RenewTime.UTC().Format(time.RFC3339Nano)), false
+	}
+	if oldSpec.Holder != "" && newSpec.Holder == oldSpec.Holder {
+		if newSpec.RenewTime.IsZero() && (!oldSpec.RenewTime.IsZero() || req.Old.unreadable("spec.renewTime") != nil) {
+			return c.deny(InvariantLeaseTimes, http.StatusForbidden, "clears renewTime of held", "a held lease keeps its renewTime"), false
+		}
+		if newSpec.AcquireTime.IsZero() && !oldSpec.AcquireTime.IsZero() {
+			return c.deny(InvariantLeaseTimes, http.StatusForbidden, "clears acquireTime of held", "a held lease keeps its acquireTime"), false
+		}
+	}
+	return Decision{}, true
+}
+
+// renewWriteRecord enforces the server-time half of I7: the managedFields
+// time of the last renewal, which the API server stamps, never moves
+// backwards and never goes missing while renewTime stays. Otherwise a client
+// could rewrite managedFields and pass the rate limit with an old renewTime.
+func (c *check) renewWriteRecord() (Decision, bool) {
+	old, new := c.req.Old, c.req.New
+	if old == nil || new == nil || old.RenewWrite.IsZero() {
+		return Decision{}, true
+	}
+	if new.RenewWrite.Before(old.RenewWrite) && (!new.RenewWrite.IsZero() || !new.Spec.RenewTime.IsZero()) {
+		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "rewrites the managedFields time of the last renewal of",
+			"the API server records it: "+old.RenewWrite.UTC().Format(time.RFC3339)), false
+	}
+	return Decision{}, true
+}
+
+// writeRate enforces I6, judged against the stored object by the server
+// clock: every spec write but a release comes at least the interval after
+// the stored renewal, measured from the later of its renewTime and the time
+// the API server stored it. client-go answers a 429 by sleeping Retry-After
+// and sending the very same body again; measured this way, that retry is
+// admitted, so the elector keeps its lease while its early write waits
+// (docs/rate-limiting.md).
+func (c *check) writeRate() (Decision, bool) {
+	req := c.req
+	if req.Old == nil || req.New.Spec.Holder == "" {
+		return Decision{}, true
+	}
+	interval := c.rule.renewInterval(req.Old)
+	if interval <= 0 || (req.Old.Spec.RenewTime.IsZero() && req.Old.RenewWrite.IsZero()) {
+		return Decision{}, true
+	}
+	elapsed := c.sinceStoredWrite(req.Old)
+	if elapsed >= interval {
+		return Decision{}, true
+	}
+	problem, did := "writes too often", "written "
+	if isRenewal(&req.Old.Spec, &req.New.Spec) {
+		problem, did = "renews too often", "renewed "
+	}
+	d := c.deny(InvariantRenewalRate, http.StatusTooManyRequests, problem,
+		did+elapsed.Truncate(time.Millisecond).String()+" after the stored renewal, minimum "+interval.String())
+	d.RetryAfter = interval - elapsed
+	d.RenewalInterval = elapsed
+	return d, false
+}
+
+// sinceStoredWrite is the time since the stored renewal by the server clock:
+// since the later of the stored renewTime and the managedFields time at which
+// the API server stored it (zero when that lies ahead of the clock).
+func (c *check) sinceStoredWrite(o *Object) time.Duration {
+	ref := o.Spec.RenewTime
+	if o.RenewWrite.After(ref) {
+		ref = o.RenewWrite
+	}
+	if e := c.req.Now.Sub(ref); e > 0 {
 		return e
 	}
 	return 0
@@ -304,10 +500,28 @@ func sameDesignation(old, new *Object) bool {
 	return oldValue == newValue
 }
 
+// sameSpec reports whether a write leaves the lease fields as stored,
+// comparing fields leaseguard could not read by their JSON text.
+func sameSpec(old, new *Object) bool {
+	if !old.Spec.Equal(&new.Spec) || len(old.Unreadable) != len(new.Unreadable) {
+		return false
+	}
+	for i := range old.Unreadable {
+		if u := new.unreadable(old.Unreadable[i].Field); u == nil || u.Raw != old.Unreadable[i].Raw {
+			return false
+		}
+	}
+	return true
+}
+
 // expiry is when the stored lease stops being held: its last renewal (or
-// acquisition, or creation) plus its lease duration.
+// acquisition, or creation) plus its lease duration. A renewTime leaseguard
+// cannot read is replaced by the time the API server stored it.
 func (c *check) expiry(o *Object) time.Time {
 	ref := o.Spec.RenewTime
+	if ref.IsZero() && o.unreadable("spec.renewTime") != nil {
+		ref = o.RenewWrite
+	}
 	if ref.IsZero() {
 		ref = o.Spec.AcquireTime
 	}
@@ -328,14 +542,46 @@ func (c *check) expired(o *Object) bool { return c.req.Now.After(c.expiry(o).Add
 // it guards has not gone stale.
 func (c *check) fresh(o *Object) bool { return !c.expired(o) }
 
-// expiresIn is the time left until o expires, past the skew grace, rounded
-// up to whole seconds so that a denied caller never reads "0s".
-func (c *check) expiresIn(o *Object) string {
-	left := c.expiry(o).Add(c.skew).Sub(c.req.Now)
-	return ((left + time.Second - 1) / time.Second * time.Second).String()
+// heldUntil says when the stored lease expires, for messages.
+func (c *check) heldUntil(o *Object) string {
+	end := c.expiry(o).Add(c.skew)
+	return "held until " + end.UTC().Format(time.RFC3339) + ", expires " + c.in(end)
 }
 
-func (c *check) staleIn(o *Object) string { return c.expiresIn(o) }
+// staleIn says when the designation recorded on o goes stale.
+func (c *check) staleIn(o *Object) string { return "stale " + c.in(c.expiry(o).Add(c.skew)) }
+
+// in is "in 12s" for a time shortly ahead, rounded up to whole seconds so
+// that a denied caller never reads "in 0s", and the date itself for one far
+// ahead (a lease stored before its duration was bounded, say).
+func (c *check) in(t time.Time) string {
+	if t.After(c.req.Now.Add(48 * time.Hour)) {
+		return "at " + t.UTC().Format(time.RFC3339)
+	}
+	left := t.Sub(c.req.Now)
+	return "in " + ((left + time.Second - 1) / time.Second * time.Second).String()
+}
+
+// durationText renders a duration for a message: milliseconds for a short
+// one, whole hours for one beyond two days.
+func durationText(d time.Duration) string {
+	if d > 48*time.Hour || d < -48*time.Hour {
+		return itoa(int64(d/time.Hour)) + "h"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// unreadableNotice tells the client, on an admitted write, that the stored
+// object holds a field leaseguard could not read and judged without.
+func (c *check) unreadableNotice() string {
+	old := c.req.Old
+	if old == nil || len(old.Unreadable) == 0 {
+		return ""
+	}
+	u := &old.Unreadable[0]
+	return truncate("leaseguard: stored "+c.req.Resource.kind()+" "+c.obj.Namespace+"/"+c.obj.Name+" has an unreadable "+u.Field+
+		" ("+clip(strings.TrimLeft(u.Problem, ": "))+"); judged without it, by the time the API server stored the last renewal", MaxMessageLength)
+}
 
 func (c *check) allowed() Decision { return Decision{Verdict: Allow} }
 

@@ -494,9 +494,12 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I5 pod renewal of another pod's holder", op: upd, caller: podA,
 		old: obj("team-pod", holder("other_uuid")), new: obj("team-pod", holder("other_uuid"), renewAt(10*sec)), now: 10 * sec,
 		want: denyMsg("podbind", InvariantHolder, i5pod("other_uuid"))})
-	add(decideCase{name: "I5 pod empty holder needs no pod", op: upd, caller: mgrA,
-		old: obj("team-pod", holder("pod_uuid")), new: obj("team-pod", holder(""), renewAt(10*sec)), now: 10 * sec,
+	add(decideCase{name: "I5 pod empty holder needs no pod once expired", op: upd, caller: mgrA,
+		old: obj("team-pod", holder("pod_uuid")), new: obj("team-pod", holder(""), renewAt(20*sec)), now: 20 * sec,
 		want: allow("podbind")})
+	add(decideCase{name: "I4 pod-less caller may not release a live lease", op: upd, caller: mgrA,
+		old: obj("team-pod", holder("pod_uuid")), new: obj("team-pod", holder(""), renewAt(10*sec)), now: 10 * sec,
+		want: denyMsg("podbind", InvariantFencing, "leaseguard: rule podbind: user:mgr-a may not release the lease of pod_uuid on "+kindOf(res)+" team-pod/l (only the holder or an operator may; held until 2025-01-02T03:04:22Z, expires in 7s)")})
 	add(decideCase{name: "I5 username holder equals username", op: cre, caller: mgrA,
 		new: obj("team-user", holder("user:mgr-a")), now: 10 * sec, want: allow("userbind")})
 	add(decideCase{name: "I5 username holder differs", op: cre, caller: mgrA,
@@ -544,8 +547,12 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I6 renewal after 6s", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(6*sec)), now: 6 * sec,
 		want: allowRenewal("open", 6*sec)})
-	add(decideCase{name: "I6 same renewTime, other field changed: not a renewal", op: upd, caller: mgrA,
+	add(decideCase{name: "I6 same renewTime, other field changed: limited as a write", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", leaseDur(20*sec)), now: 2 * sec,
+		want: want{verdict: Deny, rule: "open", inv: InvariantRenewalRate, code: http.StatusTooManyRequests, retry: 3 * sec, renewal: 2 * sec,
+			msg: "leaseguard: rule open: user:mgr-a writes too often " + kindOf(res) + " team-open/l (written 2s after the stored renewal, minimum 5s)"}})
+	add(decideCase{name: "I6 same renewTime, other field changed after the interval", op: upd, caller: mgrA,
+		old: obj("team-open"), new: obj("team-open", leaseDur(20*sec)), now: 6 * sec,
 		want: allow("open")})
 	add(decideCase{name: "I6 first renewTime on a lease without one: not a renewal", op: upd, caller: mgrA,
 		old: obj("team-open", noRenew()), new: obj("team-open", renewAt(1*sec)), now: 2 * sec,
@@ -592,20 +599,20 @@ func genericCases(res Resource) []decideCase {
 	// --- I7 renewTime sanity ---
 	add(decideCase{name: "I7 renewTime backwards", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(-sec)), now: 10 * sec,
-		want: denyMsg("open", InvariantRenewTime, "leaseguard: rule open: user:mgr-a moves renewTime backwards on "+k+" team-open/l (stored renewTime: 2025-01-02T03:04:05Z)")})
+		want: denyMsg("open", InvariantLeaseTimes, "leaseguard: rule open: user:mgr-a moves renewTime backwards on "+k+" team-open/l (stored renewTime: 2025-01-02T03:04:05Z)")})
 	add(decideCase{name: "I7 renewTime backwards by 1us", op: upd, caller: mgrA,
 		old: obj("team-open", renewAt(time.Microsecond)), new: obj("team-open"), now: 10 * sec,
-		want: denySub("open", InvariantRenewTime, "moves renewTime backwards on "+k+" team-open/l (stored renewTime: 2025-01-02T03:04:05.000001Z)")})
+		want: denySub("open", InvariantLeaseTimes, "moves renewTime backwards on "+k+" team-open/l (stored renewTime: 2025-01-02T03:04:05.000001Z)")})
 	add(decideCase{name: "I7 renewTime more than skew ahead", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(12*sec+time.Millisecond)), now: 10 * sec,
-		want: denyMsg("open", InvariantRenewTime, "leaseguard: rule open: user:mgr-a sets a renewTime in the future on "+k+" team-open/l (renewTime 2.001s ahead of the server clock, allowed 2s)")})
+		want: denyMsg("open", InvariantLeaseTimes, "leaseguard: rule open: user:mgr-a sets a renewTime in the future on "+k+" team-open/l (renewTime 2.001s ahead of the server clock, allowed 2s)")})
 	// The renewal interval is the server clock's 10s, not the 12s advance.
 	add(decideCase{name: "I7 renewTime exactly skew ahead", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(12*sec)), now: 10 * sec,
 		want: allowRenewal("open", 10*sec)})
 	add(decideCase{name: "I7 create with renewTime in the future", op: cre, caller: mgrA,
 		new: obj("team-open", renewAt(13*sec)), now: 10 * sec,
-		want: denySub("open", InvariantRenewTime, "sets a renewTime in the future on "+k+" team-open/l (renewTime 3s ahead of the server clock, allowed 2s)")})
+		want: denySub("open", InvariantLeaseTimes, "sets a renewTime in the future on "+k+" team-open/l (renewTime 3s ahead of the server clock, allowed 2s)")})
 
 	// --- I9 bound leases ---
 	add(decideCase{name: "I9 bound manager creates its lease", op: cre, caller: mgrA,
@@ -1016,7 +1023,7 @@ func TestDecideCoversEveryInvariant(t *testing.T) {
 		}
 	}
 	invs := []Invariant{InvariantManager, InvariantDesignatedWriter, InvariantDesignationChange, InvariantFencing,
-		InvariantHolder, InvariantRenewalRate, InvariantRenewTime, InvariantBound}
+		InvariantHolder, InvariantRenewalRate, InvariantLeaseTimes, InvariantBound}
 	for _, res := range bothResources {
 		for _, inv := range invs {
 			if !denied[key{res, inv}] {

@@ -10,7 +10,7 @@ func Designate(p *Policy, req *Request) (string, bool) {
 	if req.Operation == Delete || req.Subresource != "" || req.New == nil {
 		return "", false
 	}
-	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
+	rule := p.selectForMutation(req)
 	if rule == nil || rule.designation != DesignationAuto {
 		return "", false
 	}
@@ -22,7 +22,7 @@ func Designate(p *Policy, req *Request) (string, bool) {
 		return "", false
 	}
 	old := req.Old
-	if old != nil && old.Spec.Equal(&req.New.Spec) {
+	if old != nil && sameSpec(old, req.New) {
 		return "", false
 	}
 	if old != nil && old.HasDesignation && old.Designated != "" {
@@ -32,6 +32,96 @@ func Designate(p *Policy, req *Request) (string, bool) {
 		}
 	}
 	return caller.Username, true
+}
+
+// selectForMutation selects the rule of the object a mutating request
+// writes. A CREATE with generateName reaches the mutating webhooks before
+// the API server names the object, so only a rule that does not select by
+// name can be known to apply; validation sees the final name.
+func (p *Policy) selectForMutation(req *Request) *Rule {
+	obj := req.New
+	if obj.Name != "" || obj.GenerateName == "" {
+		return p.Select(req.Resource, obj.Namespace, obj.Name)
+	}
+	for _, r := range p.Rules {
+		if r.resources[resourceIndex(req.Resource)] && r.namespaces.matchesOrEmpty(obj.Namespace) {
+			if r.names.selectsAny() {
+				return r
+			}
+			// The rule selects by name: whether it applies depends on the
+			// name the API server has yet to choose.
+			return nil
+		}
+	}
+	return nil
+}
+
+// Coalesce says whether an early renewal should be acknowledged without
+// being stored (coalesceRenewals, docs/rate-limiting.md): the mutating step
+// sets renewTime back to the stored value, the write then changes nothing,
+// and the API server stores nothing and sends no watch event. It applies to
+// an UPDATE by a manager that is the lease's rightful writer, changing
+// nothing but renewTime, advancing it by less than the rule's interval. The
+// generated MutatingAdmissionPolicy (leaseguard manifests) decides the
+// same, from the same conditions written in CEL.
+func Coalesce(p *Policy, req *Request) bool {
+	if req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+		return false
+	}
+	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
+	if rule == nil || rule.coalesceInterval <= 0 {
+		return false
+	}
+	old, new := req.Old, req.New
+	if !plainRenewal(old, new) {
+		return false
+	}
+	advance := new.Spec.RenewTime.Sub(old.Spec.RenewTime)
+	if advance < 0 || advance >= rule.coalesceInterval {
+		return false
+	}
+	return rule.rightfulRenewer(&req.Caller, old)
+}
+
+// plainRenewal reports whether new differs from old in renewTime alone, with
+// a holder, as both say: nothing but the clock moves.
+func plainRenewal(old, new *Object) bool {
+	if old.Spec.Holder == "" || old.Spec.RenewTime.IsZero() || new.Spec.RenewTime.IsZero() ||
+		len(old.Unreadable) > 0 || len(new.Unreadable) > 0 {
+		return false
+	}
+	renewed := new.Spec
+	renewed.RenewTime = old.Spec.RenewTime
+	return old.Spec.Equal(&renewed) && sameDesignation(old, new) &&
+		old.Finalizers == new.Finalizers && old.OwnerReferences == new.OwnerReferences
+}
+
+// rightfulRenewer reports whether the caller is a manager the rule would let
+// renew this lease as it stands: the designated manager when one is
+// recorded, the holder's pod or user under a holder binding.
+func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
+	if !r.isManager(caller.Username) {
+		return false
+	}
+	if r.bind != nil {
+		vals, bound := r.bind.manager.match(caller.Username)
+		if !bound || !r.bind.leaseMatches(old.Name, &vals) {
+			return false
+		}
+	}
+	if old.HasDesignation && old.Designated != "" && old.Designated != caller.Username {
+		return false
+	}
+	if r.designation == DesignationFixed && caller.Username != r.fixedManager {
+		return false
+	}
+	switch r.holderBinding {
+	case HolderBindingPod:
+		return caller.PodName != "" && holderIsPod(old.Spec.Holder, caller.PodName)
+	case HolderBindingUsername:
+		return old.Spec.Holder == caller.Username
+	}
+	return true
 }
 
 // isManager reports whether username counts as a manager under the rule,

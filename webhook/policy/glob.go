@@ -66,6 +66,17 @@ func (gs globs) match(s string) bool {
 
 func (gs globs) matchesOrEmpty(s string) bool { return len(gs) == 0 || gs.match(s) }
 
+// selectsAny reports whether the list selects every string: it is empty or
+// holds "*".
+func (gs globs) selectsAny() bool {
+	for _, g := range gs {
+		if g == "*" {
+			return true
+		}
+	}
+	return len(gs) == 0
+}
+
 // matchCaller reports whether any pattern matches the caller's username or one
 // of its groups: operators and status writers may be named either way.
 func (gs globs) matchCaller(c *Caller) bool {

@@ -26,10 +26,12 @@ func (c *check) deny(inv Invariant, code int32, problem, hint string) Decision {
 	return Decision{Verdict: Deny, Invariant: inv, Code: code, Message: truncate(msg, MaxMessageLength)}
 }
 
-// clip makes a value fit in a one-line message: control characters (a
-// newline in a client-chosen holder, say) are escaped, and long values cut.
+// clip makes a value fit in a one-line message: characters that do not print
+// as themselves are escaped (a newline in a client-chosen holder, or a
+// right-to-left override that would make a log line read backwards), and
+// long values cut.
 func clip(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) >= 0 || !utf8.ValidString(s) {
+	if strings.IndexFunc(s, notPrintable) >= 0 || !utf8.ValidString(s) {
 		q := strconv.Quote(s)
 		s = q[1 : len(q)-1]
 	}
@@ -38,6 +40,14 @@ func clip(s string) string {
 	}
 	return truncate(s, maxValue)
 }
+
+// notPrintable reports runes that do not print as themselves: control and
+// format characters (U+202E and its kind), and other non-graphic runes.
+func notPrintable(r rune) bool { return !strconv.IsPrint(r) || unicode.Is(unicode.Cf, r) }
+
+// Clip makes a client-chosen value safe for one line of a message or a log:
+// escaped as in a denial message, and cut to a bounded length.
+func Clip(s string) string { return clip(s) }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {

@@ -63,7 +63,18 @@ type Rule struct {
 	autoRenew        bool
 	// maxRenewInterval caps auto intervals: the most assumedClient survives.
 	maxRenewInterval time.Duration
-	enforcement      Enforcement
+	// coalesceInterval is zero when early renewals are not coalesced
+	// (docs/rate-limiting.md): a renewal by the holder that advances
+	// renewTime by less is acknowledged without being stored.
+	coalesceInterval time.Duration
+	// maxLeaseDuration bounds the lease and renewal durations a write may
+	// declare (I10).
+	maxLeaseDuration time.Duration
+	// backOffLosers answers a non-designated manager's write with 429 and a
+	// Retry-After of the time until the designation goes stale, instead of
+	// 403, so that client-go waits instead of retrying every retry period.
+	backOffLosers bool
+	enforcement   Enforcement
 }
 
 func resourceIndex(r Resource) int {
@@ -90,6 +101,10 @@ func (p *Policy) Select(res Resource, namespace, name string) *Rule {
 	}
 	return nil
 }
+
+// CoalesceInterval is the rule's coalescing interval, zero when it does not
+// coalesce renewals.
+func (r *Rule) CoalesceInterval() time.Duration { return r.coalesceInterval }
 
 // renewInterval is the minimum renewal interval for the object.
 func (r *Rule) renewInterval(o *Object) time.Duration {
@@ -162,3 +177,31 @@ func (t ClientTimings) MaxRenewInterval(skew time.Duration) time.Duration {
 	}
 	return limit
 }
+
+// followerJitter is client-go's JitterFactor for followers: they poll every
+// retry period plus up to 1.2 retry periods.
+const followerJitter = 1.2
+
+// MaxCoalesceInterval is the longest coalescing interval that clients with
+// these timings and the readers of their leases survive
+// (docs/rate-limiting.md derives it). With coalescing, the stored renewTime
+// moves only when a renewal comes at least the interval after it; renewals
+// come every retry period, so stored renewals are at most interval +
+// retryPeriod apart. A client-go follower polls every retryPeriod to
+// (1 + 1.2) retryPeriods and judges expiry by when it last saw the record
+// change, so it may see two stored renewals up to interval + retryPeriod +
+// 2.2 retryPeriods apart: that must stay under the lease duration, less a
+// second for the round trips. A reader that judges expiry by the stored
+// renewTime, with its clock up to clockSkew ahead, needs interval +
+// retryPeriod + clockSkew + 1s under the lease duration.
+func (t ClientTimings) MaxCoalesceInterval(skew time.Duration) time.Duration {
+	followers := t.LeaseDuration - t.RetryPeriod - time.Duration(float64(t.RetryPeriod)*(1+followerJitter)) - time.Second
+	readers := t.LeaseDuration - t.RetryPeriod - skew - time.Second
+	return min(followers, readers)
+}
+
+// DefaultMaxLeaseDuration is how much longer than the assumed clients' own
+// lease duration a write may declare by default: room for a client tuned a
+// little differently, but a lease that runs out within minutes, never one a
+// holder keeps for years.
+const DefaultMaxLeaseDurationFactor = 4

@@ -66,14 +66,56 @@ type Caller struct {
 // Object is the normalised view of a Lease or a MultiClusterLease: the fields
 // the invariants read, so both kinds go through one code path.
 type Object struct {
-	Namespace         string
-	Name              string
+	Namespace string
+	Name      string
+	// GenerateName is set on a CREATE that leaves the name to the API
+	// server; the mutating webhook sees the object before it is named.
+	GenerateName      string
 	CreationTimestamp time.Time
 	// Designated is the value of DesignationAnnotation; HasDesignation says
 	// whether the annotation is present at all.
 	Designated     string
 	HasDesignation bool
-	Spec           Spec
+	// HasAnnotations says whether metadata.annotations exists, and
+	// RenewTimeText is spec.renewTime as written: plumbing for the mutating
+	// webhook's patches, which must add to the map that exists and put back
+	// the very text that is stored.
+	HasAnnotations bool
+	RenewTimeText  string
+	// Finalizers and OwnerReferences are kept as their JSON text: the core
+	// only asks whether a write changes them (I11).
+	Finalizers      string
+	OwnerReferences string
+	// RenewWrite is when the API server stored the last write of
+	// spec.renewTime: the time of the managedFields entry that owns that
+	// field, which the server stamps itself (whole seconds). Zero when no
+	// entry owns it. I6 judges write frequency by it, so that a client
+	// cannot pass the rate limit by writing an old renewTime.
+	RenewWrite time.Time
+	Spec       Spec
+	// Unreadable lists spec fields of a stored object that leaseguard cannot
+	// read (a custom resource is stored as written, whatever its schema
+	// let through). The core decides without them where it can and says so
+	// in Decision.Notice; it never refuses an operator, a status writer or
+	// a metadata-only write because of them.
+	Unreadable []Unreadable
+}
+
+// Unreadable is a field that could not be read, with its JSON text.
+type Unreadable struct {
+	Field   string // e.g. "spec.renewTime"
+	Raw     string // the JSON text, compared to tell whether a write changed it
+	Problem string
+}
+
+// unreadable returns the entry for field, or nil.
+func (o *Object) unreadable(field string) *Unreadable {
+	for i := range o.Unreadable {
+		if o.Unreadable[i].Field == field {
+			return &o.Unreadable[i]
+		}
+	}
+	return nil
 }
 
 // Spec holds the lease fields. Zero values mean "not set".
@@ -116,6 +158,11 @@ type Request struct {
 	New *Object
 	// Now is the server's clock when the request is decided.
 	Now time.Time
+	// DryRun and FieldManager describe how the write was sent: a dry run, or
+	// a write by kubectl (its field managers start with "kubectl"), always
+	// gets an immediate answer rather than a back-off (backOffLosers).
+	DryRun       bool
+	FieldManager string
 }
 
 // object returns the object the request is about.
@@ -164,9 +211,11 @@ const (
 	InvariantFencing           Invariant = "I4"
 	InvariantHolder            Invariant = "I5"
 	InvariantRenewalRate       Invariant = "I6"
-	InvariantRenewTime         Invariant = "I7"
+	InvariantLeaseTimes        Invariant = "I7"
 	InvariantStatus            Invariant = "I8"
 	InvariantBound             Invariant = "I9"
+	InvariantBounds            Invariant = "I10"
+	InvariantMetadata          Invariant = "I11"
 )
 
 // Decision is the answer to a Request.
@@ -189,6 +238,10 @@ type Decision struct {
 	// DesignationChanged is set on an admitted write that changes the
 	// designation annotation.
 	DesignationChanged bool
+	// Notice, on an admitted write, is a one-line note for the client (an
+	// admission warning): the stored object had a field leaseguard could not
+	// read and the decision was made without it.
+	Notice string
 }
 
 // Allowed reports whether the write is admitted.

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -19,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/webhook/admission"
@@ -49,6 +49,11 @@ type Options struct {
 	Log      logr.Logger
 	// Ready, when set, is called once the webhook server serves TLS.
 	Ready func()
+	// EnableHTTP2 serves HTTP/2 on the webhook port. Off by default, as
+	// kubebuilder scaffolds it since the HTTP/2 rapid-reset and stream
+	// cancellation CVEs (CVE-2023-44487, CVE-2023-39325): the API server
+	// speaks HTTP/1.1 to webhooks just as well.
+	EnableHTTP2 bool
 }
 
 // Run serves until ctx ends. It refuses to start on an invalid policy file
@@ -74,6 +79,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if !o.EnableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
 	dir, certName, keyName := o.Certs.Files()
 	srv := webhook.NewServer(webhook.Options{
 		Host:     o.WebhookHost,
@@ -83,12 +91,12 @@ func Run(ctx context.Context, o Options) error {
 		KeyName:  keyName,
 		TLSOpts:  tlsOpts,
 	})
-	srv.Register(admission.ValidatePath, &cradmission.Webhook{Handler: &admission.Validator{
+	srv.Register(admission.ValidatePath, (&admission.Validator{
 		Policies: store, Metrics: rec, Log: log.WithName("validate"),
-	}})
-	srv.Register(admission.MutatePath, &cradmission.Webhook{Handler: &admission.Designator{
+	}).Handler())
+	srv.Register(admission.MutatePath, (&admission.Designator{
 		Policies: store, Metrics: rec, Log: log.WithName("designate"),
-	}})
+	}).Handler())
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return o.Certs.Start(ctx) })

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+func newManifestsCommand() *cobra.Command {
+	o := manifests.Defaults()
+	var configPath, caFile, outPath, coalesce string
+	var strict bool
+	cmd := &cobra.Command{
+		Use:   "manifests --config policy.yaml",
+		Short: "Print the webhook configurations (and coalescing policy) that enforce a policy",
+		Long: `manifests renders the admission configuration for a policy: a
+ValidatingWebhookConfiguration whose rules, namespaceSelector and
+matchConditions send leaseguard only the lease writes some rule selects
+(split into a fail-closed webhook for identity changes and a fail-open one
+for the holder's plain renewals), a MutatingWebhookConfiguration when a rule
+needs the designation stamped, and a MutatingAdmissionPolicy when a rule
+coalesces renewals. Where a selection cannot be said in CEL it falls back on
+the broader match and says so on standard error and in the output.`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&configPath, "config", "", "LeasePolicy file (required)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "leaseguard's namespace: never intercepted, and where its Service is")
+	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "the webhook Service")
+	fs.StringVar(&o.URL, "url", "", "call the webhooks at this base URL instead of the Service (a server outside the cluster)")
+	fs.StringVar(&caFile, "ca-bundle-file", "", "PEM CA bundle to put in the configurations (cert-manager or leaseguard's self-managed mode fill it otherwise)")
+	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "name prefix of the rendered objects")
+	fs.Int32Var(&o.TimeoutSeconds, "timeout-seconds", 2, "webhook timeout (at most 3: lease clients renew with short timeouts)")
+	fs.BoolVar(&o.FailOpen, "fail-open", false, "failurePolicy Ignore everywhere: identity changes pass too while leaseguard is down (docs/security.md)")
+	fs.StringVar(&coalesce, "coalesce", string(manifests.CoalesceInAPIServer), `where early renewals are coalesced: "policy" (a MutatingAdmissionPolicy in the API server), "webhook" (leaseguard's mutating webhook) or "off"`)
+	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
+	fs.BoolVar(&strict, "strict", false, "exit 1 when the rendering is broader than the policy anywhere")
+
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if configPath == "" {
+			return errors.New("manifests needs --config")
+		}
+		if o.TimeoutSeconds < 1 || o.TimeoutSeconds > 3 {
+			return fmt.Errorf("--timeout-seconds %d: want 1 to 3 (docs/design.md §5)", o.TimeoutSeconds)
+		}
+		switch c := manifests.Coalescing(coalesce); c {
+		case manifests.CoalesceInAPIServer, manifests.CoalesceInWebhook, manifests.CoalesceOff:
+			o.Coalescing = c
+		default:
+			return fmt.Errorf(`--coalesce %q: want "policy", "webhook" or "off"`, coalesce)
+		}
+		if caFile != "" {
+			ca, err := os.ReadFile(caFile)
+			if err != nil {
+				return fmt.Errorf("--ca-bundle-file: %w", err)
+			}
+			o.CABundle = ca
+		}
+		p, _, err := policyfile.Load(configPath, policy.CompileOptions{OwnNamespace: o.Namespace})
+		if err != nil {
+			return err
+		}
+		r, err := manifests.Render(p, o)
+		if err != nil {
+			return err
+		}
+		data, err := r.YAML(manifests.Header(configPath))
+		if err != nil {
+			return err
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintln(cmd.ErrOrStderr(), "leaseguard: warning:", n)
+		}
+		if outPath != "" {
+			err = os.WriteFile(outPath, data, 0o644)
+		} else {
+			_, err = cmd.OutOrStdout().Write(data)
+		}
+		if err != nil {
+			return err
+		}
+		if strict && len(r.Notes) > 0 {
+			return &exitError{code: 1, err: fmt.Errorf("%d place(s) where the rendering is broader than the policy", len(r.Notes))}
+		}
+		return nil
+	}
+	return cmd
+}

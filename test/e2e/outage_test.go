@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
+
+	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+)
+
+// outageTeam's manager holds the bound Lease and the shared lease of the
+// outage specs, which no other spec touches.
+const (
+	outageTeam = "team-d"
+	outageMCL  = "outage"
+)
+
+// The split of docs/security.md: while leaseguard cannot answer, the
+// rightful holder's plain renewals pass (failurePolicy Ignore) and every
+// identity change is refused (failurePolicy Fail), so no leadership is lost
+// and nothing is stolen.
+var _ = Describe("when leaseguard is down or hung", Ordered, func() {
+	ctx := context.Background()
+	var held *coordinationv1.Lease
+
+	BeforeAll(func() {
+		if !env.local {
+			Skip("stopping the webhook is done on the local control plane here; the cluster suite (make test-e2e-cluster) stops its Pods")
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease := boundLease(outageTeam, pod(outageTeam)+"_1")
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+		var err error
+		held, err = leasesAs(outageTeam).CoordinationV1().Leases(e2eNS).Create(ctx, lease, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		mcl := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": mclv1alpha1.Group + "/" + mclv1alpha1.Version,
+			"kind":       mclv1alpha1.Kind,
+			"metadata":   map[string]any{"name": outageMCL, "namespace": e2eNS},
+			"spec":       map[string]any{"holderIdentity": "cluster-e2e", "renewTime": micro(time.Now()), "leaseDurationSeconds": int64(15)},
+		}}
+		created, err := mcls(manager(outageTeam)).Create(ctx, mcl, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(created.GetAnnotations()[designation]).To(Equal(manager(outageTeam)))
+	})
+
+	for _, fault := range []string{"down", "hung"} {
+		It("lets the holder renew and refuses every identity change while leaseguard is "+fault, func() {
+			stop := stopLeaseguard(fault)
+			defer stop()
+			leases := func(team string) coordinationclient.LeaseInterface {
+				return leasesAs(team).CoordinationV1().Leases(e2eNS)
+			}
+			failed := "failed calling webhook \"validate.leases.leaseguard.io\""
+
+			By("the holder's plain renewal of its Lease passes")
+			current, err := leases(outageTeam).Get(ctx, held.Name, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			renewed := current.DeepCopy()
+			renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			current, err = leases(outageTeam).Update(ctx, renewed, metav1.UpdateOptions{})
+			Expect(err).NotTo(HaveOccurred(), "a renewal by the holder must pass while leaseguard is %s", fault)
+
+			By("another manager's takeover of the live Lease is refused, the Lease unchanged")
+			stolen := current.DeepCopy()
+			stolen.Spec.HolderIdentity = ptr.To(pod("team-b") + "_1")
+			stolen.Spec.LeaseTransitions = ptr.To(ptr.Deref(current.Spec.LeaseTransitions, 0) + 1)
+			stolen.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			_, err = leases("team-b").Update(ctx, stolen, metav1.UpdateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			Expect(apierrors.IsInternalError(err)).To(BeTrue(), "HTTP 500 from the API server: %v", err)
+			expectUnchanged(ctx, current)
+
+			By("the holder itself may not release, delete, or create while nobody can check it")
+			released := current.DeepCopy()
+			released.Spec.HolderIdentity = ptr.To("")
+			_, err = leases(outageTeam).Update(ctx, released, metav1.UpdateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			Expect(leases(outageTeam).Delete(ctx, held.Name, metav1.DeleteOptions{})).To(MatchError(ContainSubstring(failed)))
+			_, err = leases("team-b").Create(ctx, boundLease("team-b", pod("team-b")+"_1", "kcc-leader-team-b-"+fault), metav1.CreateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			expectUnchanged(ctx, current)
+
+			By("the designated manager renews the shared MultiClusterLease; others' writes and designation changes are refused")
+			shared := mcls(manager(outageTeam))
+			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))
+			before, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			later := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now().Add(time.Millisecond)))
+			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(later), metav1.PatchOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			steal := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, designation, manager("team-b"))
+			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(steal), metav1.PatchOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			_, err = mcls(manager(outageTeam)).Patch(ctx, outageMCL, types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/block"]}}`), metav1.PatchOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			forged := before.DeepCopy()
+			Expect(unstructured.SetNestedField(forged.Object, "cluster-evil", "status", "globalHolderIdentity")).To(Succeed())
+			_, err = mcls(mclCtrl).UpdateStatus(ctx, forged, metav1.UpdateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			after, err := shared.Get(ctx, outageMCL, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(after.GetResourceVersion()).To(Equal(before.GetResourceVersion()), "nothing but the holder's renewal was stored")
+		})
+	}
+
+	It("enforces again, with its own messages, once it is back", func() {
+		current, err := leasesAs(outageTeam).CoordinationV1().Leases(e2eNS).Get(ctx, held.Name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		stolen := current.DeepCopy()
+		stolen.Spec.HolderIdentity = ptr.To(pod("team-b") + "_1")
+		_, err = leasesAs("team-b").CoordinationV1().Leases(e2eNS).Update(ctx, stolen, metav1.UpdateOptions{})
+		Expect(err).To(MatchError(ContainSubstring(denied + "leaseguard: rule e2e-bound-leases: " + manager("team-b") + " may not write lease leaseguard-e2e/kcc-leader-" + outageTeam)))
+	})
+})
+
+// expectUnchanged checks that the stored Lease is still want.
+func expectUnchanged(ctx context.Context, want *coordinationv1.Lease) {
+	GinkgoHelper()
+	got, err := env.admin.CoordinationV1().Leases(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(got.ResourceVersion).To(Equal(want.ResourceVersion), "the Lease was written")
+	Expect(*got.Spec.HolderIdentity).To(Equal(*want.Spec.HolderIdentity))
+}
+
+// stopLeaseguard takes leaseguard away: "down" stops it, so calls are
+// refused at once; "hung" puts in its place a listener that accepts
+// connections and never answers, so calls run into the webhook timeout. It
+// returns the function that brings leaseguard back.
+func stopLeaseguard(fault string) func() {
+	env.guard.Stop()
+	var hung net.Listener
+	var conns []net.Conn
+	var mu sync.Mutex
+	if fault == "hung" {
+		var err error
+		hung, err = net.Listen("tcp", net.JoinHostPort(env.cp.WebhookHost, strconv.Itoa(env.cp.WebhookPort)))
+		Expect(err).NotTo(HaveOccurred())
+		go func() {
+			for {
+				c, err := hung.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() {
+		if hung != nil {
+			_ = hung.Close()
+			mu.Lock()
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			mu.Unlock()
+		}
+		var err error
+		env.guard, err = env.cp.StartLeaseguard(env.binary, env.policyPath)
+		Expect(err).NotTo(HaveOccurred())
+	}
+}

@@ -1,0 +1,290 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leaseguard/leaseguard/webhook/metrics"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+// MaxReviewBytes is the largest AdmissionReview leaseguard reads. The API
+// server sends the object and the stored object, each at most what it can
+// store: its etcd client sends at most 2 MiB (and etcd's default
+// --max-request-bytes is 1.5 MiB), and the AdmissionReview's JSON escapes
+// '<', '>', '&' and control characters as six bytes ("\u003c"). So a write
+// the API server can store makes a review of at most 2 × 6 × 2 MiB = 24 MiB
+// plus a little; measured: a Lease holding 1,550,000 '<' (the most etcd
+// stores) updated by another such makes an 18.3 MB review. A larger review
+// is refused (never admitted, never read whole), with the UID read from its
+// first bytes, where the API server writes it.
+const MaxReviewBytes = 32 << 20
+
+// largeReviewBytes is where a review stops being one of the small ones that
+// every lease write makes; reading and parsing one of these takes a slot
+// of largeReviews, so that a flood of huge writes cannot run leaseguard out
+// of memory.
+const largeReviewBytes = 1 << 20
+
+// largeReviews bounds how many large reviews are read at once; a large
+// review that finds no slot within largeReviewWait is refused.
+var largeReviews = make(chan struct{}, 2)
+
+const largeReviewWait = time.Second
+
+// headBytes is how much of an oversized review is scanned for its UID.
+const headBytes = 64 << 10
+
+// decider answers one readable review.
+type decider interface {
+	decide(r *Review) Answer
+	webhook() string
+	refusesUnreadable() bool
+}
+
+// Answer is a webhook's answer to one review.
+type Answer struct {
+	Allowed  bool
+	Status   *metav1.Status
+	Warnings []string
+	// Patch is a JSONPatch for the mutating webhook.
+	Patch []byte
+}
+
+// handler is the HTTP side of a webhook: it reads the review, bounded in
+// size, lets the decider answer and writes the AdmissionReview response.
+type handler struct {
+	d       decider
+	metrics *metrics.Recorder
+	log     logr.Logger
+	now     func() time.Time
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "leaseguard: admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+		h.refuseUnread(w, "", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", r.Header.Get("Content-Type")), "unreadable")
+		return
+	}
+	body, err := h.readBody(r)
+	if err != nil {
+		var big *tooLarge
+		if errors.As(err, &big) {
+			h.refuseUnread(w, big.uid, http.StatusRequestEntityTooLarge, err, "too_large")
+			return
+		}
+		h.refuseUnread(w, "", http.StatusBadRequest, err, "unreadable")
+		return
+	}
+	now := time.Now()
+	if h.now != nil {
+		now = h.now()
+	}
+	review, err := ParseReview(body, now)
+	if err != nil {
+		h.refuseUnread(w, scanUID(body), http.StatusBadRequest, err, "unreadable")
+		return
+	}
+	if review.Err != nil {
+		h.refuseUnread(w, review.UID, http.StatusBadRequest, review.Err, "unreadable")
+		return
+	}
+	h.write(w, review.UID, h.d.decide(review))
+}
+
+// tooLarge is a review larger than MaxReviewBytes.
+type tooLarge struct {
+	size int64
+	uid  string
+}
+
+func (e *tooLarge) Error() string {
+	size := "more than " + byteSize(MaxReviewBytes)
+	if e.size > 0 {
+		size = byteSize(e.size)
+	}
+	return "AdmissionReview of " + size + " is larger than leaseguard reads (" + byteSize(MaxReviewBytes) +
+		"): no lease the API server can store is that large"
+}
+
+// readBody reads the whole review, up to MaxReviewBytes; a large one waits
+// for a slot of largeReviews.
+func (h *handler) readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > MaxReviewBytes {
+		return nil, &tooLarge{size: r.ContentLength, uid: readUID(r.Body)}
+	}
+	if r.ContentLength > largeReviewBytes || r.ContentLength < 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), largeReviewWait)
+		defer cancel()
+		select {
+		case largeReviews <- struct{}{}:
+			defer func() { <-largeReviews }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("too many large AdmissionReviews at once; try again")
+		}
+	}
+	size := r.ContentLength
+	if size < 0 || size > MaxReviewBytes {
+		size = 0
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, MaxReviewBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	if n > MaxReviewBytes {
+		return nil, &tooLarge{uid: scanUID(buf.Bytes()[:headBytes])}
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("request body is empty")
+	}
+	return buf.Bytes(), nil
+}
+
+// readUID reads the first bytes of a body for its UID.
+func readUID(body io.Reader) string {
+	head, _ := io.ReadAll(io.LimitReader(body, headBytes))
+	return scanUID(head)
+}
+
+// scanUID finds request.uid in the first bytes of a review, token by token,
+// without reading the rest: the API server writes kind, apiVersion, then the
+// request, whose first field is its uid.
+func scanUID(head []byte) string {
+	type frame struct {
+		object, wantKey bool
+		key             string
+	}
+	dec := json.NewDecoder(bytes.NewReader(head))
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		n := len(stack)
+		if s, ok := tok.(string); ok && n > 0 && stack[n-1].object && stack[n-1].wantKey {
+			stack[n-1].key, stack[n-1].wantKey = s, false
+			continue
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, frame{object: true, wantKey: true})
+				continue
+			case '[':
+				stack = append(stack, frame{})
+				continue
+			default:
+				stack = stack[:n-1]
+			}
+		case string:
+			if n == 2 && stack[0].key == "request" && stack[1].key == "uid" {
+				return t
+			}
+		}
+		// A value ended: its object wants the next key.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+}
+
+// refuseUnread answers a review leaseguard could not read: denied, counted,
+// logged, with the UID when it is known. Without a UID the API server cannot
+// match the answer and treats it as the webhook's failure.
+func (h *handler) refuseUnread(w http.ResponseWriter, uid string, code int32, err error, reason string) {
+	h.metrics.BadRequest(h.d.webhook(), reason)
+	if !h.d.refusesUnreadable() {
+		h.write(w, uid, Answer{Allowed: true})
+		return
+	}
+	h.log.Info("refused unreadable admission request", "uid", uid, "reason", reason, "error", err.Error())
+	h.write(w, uid, Answer{Status: failure(code, badRequest(err))})
+}
+
+func failure(code int32, err error) *metav1.Status {
+	return &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reasonFor(code), Message: err.Error()}
+}
+
+func reasonFor(code int32) metav1.StatusReason {
+	switch code {
+	case http.StatusRequestEntityTooLarge:
+		return metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusUnsupportedMediaType:
+		return metav1.StatusReasonUnsupportedMediaType
+	}
+	return metav1.StatusReasonForbidden
+}
+
+// badRequest prefixes an unreadable-request error so the client sees who
+// refused its write and why.
+func badRequest(err error) error { return fmt.Errorf("leaseguard: cannot decide: %w", err) }
+
+// reviewResponse is the AdmissionReview leaseguard answers with.
+type reviewResponse struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Response   responsePayload `json:"response"`
+}
+
+type responsePayload struct {
+	UID       string         `json:"uid"`
+	Allowed   bool           `json:"allowed"`
+	Status    *metav1.Status `json:"status,omitempty"`
+	Warnings  []string       `json:"warnings,omitempty"`
+	PatchType string         `json:"patchType,omitempty"`
+	Patch     []byte         `json:"patch,omitempty"`
+}
+
+func (h *handler) write(w http.ResponseWriter, uid string, a Answer) {
+	out := reviewResponse{APIVersion: reviewAPIVersion, Kind: reviewKind, Response: responsePayload{
+		UID: uid, Allowed: a.Allowed, Status: a.Status, Warnings: a.Warnings, Patch: a.Patch,
+	}}
+	if len(a.Patch) > 0 {
+		out.Response.PatchType = "JSONPatch"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
+		h.log.Error(err, "writing the admission response", "uid", uid)
+	}
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// verdictPast names a verdict in a log line.
+func verdictPast(v policy.Verdict) string {
+	switch v {
+	case policy.Deny:
+		return "denied"
+	case policy.Warn:
+		return "admitted with warning"
+	case policy.Audit:
+		return "admitted (audit)"
+	}
+	return "admitted"
+}

@@ -1,0 +1,459 @@
+// Package manifests renders a policy into the admission configuration that
+// enforces it: the validating and mutating webhook configurations, which
+// send the API server's lease writes to leaseguard only where a rule
+// selects them, and the MutatingAdmissionPolicy that coalesces early
+// renewals inside the API server. `leaseguard manifests` prints them;
+// config/webhook is generated with it; `leaseguard dev` and the tests
+// install them.
+//
+// Where a rule's selection cannot be said in CEL, the rendering falls back
+// on the broader match and says so in Rendered.Notes.
+package manifests
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+// Coalescing says what coalesces early renewals for the rules that ask for
+// it (coalesceRenewals).
+type Coalescing string
+
+// The ways to coalesce.
+const (
+	// CoalesceInAPIServer renders a MutatingAdmissionPolicy: CEL in the API
+	// server, no webhook call (admissionregistration.k8s.io/v1, Kubernetes
+	// 1.36 and later). The default.
+	CoalesceInAPIServer Coalescing = "policy"
+	// CoalesceInWebhook sends early renewals to leaseguard's mutating webhook.
+	CoalesceInWebhook Coalescing = "webhook"
+	// CoalesceOff renders nothing for coalescing.
+	CoalesceOff Coalescing = "off"
+)
+
+// Options place the rendered configuration.
+type Options struct {
+	// Namespace is leaseguard's own namespace: never intercepted, and where
+	// its Service lives.
+	Namespace string
+	// ServiceName is the webhook Service; URL, when set, is used instead (a
+	// webhook server outside the cluster, as in `leaseguard dev`).
+	ServiceName string
+	URL         string
+	CABundle    []byte
+	// Prefix names the objects: <prefix>-validating-webhook-configuration,
+	// <prefix>-mutating-webhook-configuration, <prefix>-coalesce-renewals.
+	Prefix string
+	// TimeoutSeconds of both webhooks; 2 when zero (lease clients renew with
+	// short timeouts).
+	TimeoutSeconds int32
+	// FailOpen, when set, gives every webhook failurePolicy Ignore: no
+	// fail-closed half (docs/security.md explains what that gives up).
+	FailOpen   bool
+	Coalescing Coalescing
+}
+
+// Defaults are those of config/default.
+func Defaults() Options {
+	return Options{Namespace: "leaseguard-system", ServiceName: "leaseguard-webhook-service", Prefix: "leaseguard", Coalescing: CoalesceInAPIServer}
+}
+
+// Rendered is the configuration for one policy.
+type Rendered struct {
+	Validating *admissionregistrationv1.ValidatingWebhookConfiguration
+	// Mutating is nil when no rule needs the mutating webhook.
+	Mutating *admissionregistrationv1.MutatingWebhookConfiguration
+	// Coalescing and its binding are nil when no rule coalesces in the API
+	// server.
+	Coalescing        *admissionregistrationv1.MutatingAdmissionPolicy
+	CoalescingBinding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	// Notes say where the rendering is broader than the policy, and why.
+	Notes []string
+}
+
+// Names of the webhooks, as the API server reports them in denials
+// (admission webhook "validate.leases.leaseguard.io" denied the request).
+const (
+	ValidateWebhook  = "validate.leases.leaseguard.io"
+	RenewalsWebhook  = "renewals.leases.leaseguard.io"
+	DesignateWebhook = "designate.leases.leaseguard.io"
+)
+
+// Render renders the configuration enforcing p.
+func Render(p *policy.Policy, o Options) (*Rendered, error) {
+	if o.Namespace == "" || (o.ServiceName == "" && o.URL == "") || o.Prefix == "" {
+		return nil, fmt.Errorf("rendering needs leaseguard's namespace, its Service name or a URL, and a name prefix")
+	}
+	if o.TimeoutSeconds == 0 {
+		o.TimeoutSeconds = 2
+	}
+	if o.Coalescing == "" {
+		o.Coalescing = CoalesceInAPIServer
+	}
+	rules := make([]policy.RuleView, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = r.View()
+	}
+	g := &generator{o: o, rules: rules}
+	out := &Rendered{Validating: g.validating()}
+	out.Mutating = g.mutating()
+	out.Coalescing, out.CoalescingBinding = g.coalescingPolicy()
+	out.Notes = g.notes
+	return out, nil
+}
+
+type generator struct {
+	o     Options
+	rules []policy.RuleView
+	notes []string
+}
+
+func (g *generator) note(format string, args ...any) {
+	n := fmt.Sprintf(format, args...)
+	for _, have := range g.notes {
+		if have == n {
+			return
+		}
+	}
+	g.notes = append(g.notes, n)
+}
+
+// neverIntercepted are the namespaces no webhook of leaseguard is called
+// for (docs/design.md §5).
+func (g *generator) neverIntercepted() []string {
+	return append(append([]string(nil), policy.NeverIntercepted...), g.o.Namespace)
+}
+
+// namespaceSelector never selects the control plane's namespaces nor
+// leaseguard's own, and, when every rule names its namespaces, only those.
+func (g *generator) namespaceSelector(rules []policy.RuleView) *metav1.LabelSelector {
+	exprs := []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: g.neverIntercepted(),
+	}}
+	literal := map[string]bool{}
+	for _, r := range rules {
+		if len(r.Namespaces) == 0 {
+			return &metav1.LabelSelector{MatchExpressions: exprs}
+		}
+		for _, ns := range r.Namespaces {
+			if strings.Contains(ns, "*") {
+				return &metav1.LabelSelector{MatchExpressions: exprs}
+			}
+			literal[ns] = true
+		}
+	}
+	names := make([]string, 0, len(literal))
+	for ns := range literal {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	exprs = append(exprs, metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: names})
+	return &metav1.LabelSelector{MatchExpressions: exprs}
+}
+
+// controlPlane are the conditions that keep node heartbeats and the control
+// plane's own elections away from leaseguard (docs/design.md §5).
+func controlPlane() []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{
+		{Name: "not-a-node", Expression: "!request.userInfo.username.startsWith('system:node:') && !(has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups)"},
+		{Name: "not-the-control-plane", Expression: "!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler', 'system:apiserver']) && !request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
+	}
+}
+
+// resourceRules are the admission rules for the given resources and
+// operations; status adds MultiClusterLeases' status subresource.
+func resourceRules(resources []policy.Resource, ops []admissionregistrationv1.OperationType, status bool) []admissionregistrationv1.RuleWithOperations {
+	scope := admissionregistrationv1.NamespacedScope
+	var out []admissionregistrationv1.RuleWithOperations
+	for _, res := range resources {
+		rule := admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{Scope: &scope}}
+		switch res {
+		case policy.Leases:
+			rule.APIGroups, rule.APIVersions, rule.Resources = []string{"coordination.k8s.io"}, []string{"v1"}, []string{"leases"}
+		case policy.MultiClusterLeases:
+			rule.APIGroups, rule.APIVersions = []string{mclv1alpha1.Group}, []string{mclv1alpha1.Version}
+			rule.Resources = []string{"multiclusterleases"}
+			if status {
+				rule.Resources = append(rule.Resources, "multiclusterleases/status")
+			}
+		}
+		out = append(out, rule)
+	}
+	return out
+}
+
+func resourcesOf(rules []policy.RuleView) []policy.Resource {
+	var out []policy.Resource
+	for _, res := range []policy.Resource{policy.Leases, policy.MultiClusterLeases} {
+		for _, r := range rules {
+			if contains(r.Resources, res) {
+				out = append(out, res)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func contains(rs []policy.Resource, res policy.Resource) bool {
+	for _, r := range rs {
+		if r == res {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *generator) clientConfig(path string) admissionregistrationv1.WebhookClientConfig {
+	if g.o.URL != "" {
+		url := strings.TrimSuffix(g.o.URL, "/") + path
+		return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: g.o.CABundle}
+	}
+	port := int32(443)
+	return admissionregistrationv1.WebhookClientConfig{
+		Service:  &admissionregistrationv1.ServiceReference{Namespace: g.o.Namespace, Name: g.o.ServiceName, Path: &path, Port: &port},
+		CABundle: g.o.CABundle,
+	}
+}
+
+// selected renders "a rule selects the object".
+func (g *generator) selected() string {
+	parts := make([]string, len(g.rules))
+	for i := range g.rules {
+		parts[i] = selects(&g.rules[i])
+	}
+	return or(parts...)
+}
+
+// noop renders "an UPDATE that changes nothing leaseguard guards": the same
+// spec, labels, annotations, finalizers and owner references, and
+// managedFields that differ at most in their times. The API server stores
+// nothing for such a write (it reverts managedFields times that alone
+// changed), so there is nothing to validate; it is what a coalesced
+// renewal becomes.
+func noop() string {
+	same := func(path string) string { return "object." + path + " == oldObject." + path }
+	return and(
+		"request.operation == 'UPDATE'",
+		same("?spec"),
+		same("metadata.?labels"), same("metadata.?annotations"),
+		same("metadata.?finalizers"), same("metadata.?ownerReferences"),
+		"object.metadata.?managedFields.orValue([]).size() == oldObject.metadata.?managedFields.orValue([]).size()",
+		"object.metadata.?managedFields.orValue([]).all(m, oldObject.metadata.?managedFields.orValue([]).exists(o, "+
+			"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && "+
+			"o.?apiVersion == m.?apiVersion && o.?fieldsV1 == m.?fieldsV1))",
+	)
+}
+
+// plainRenewal renders "a rightful renewal that moves only renewTime": the
+// writes that may pass while leaseguard is down (the fail-open half).
+func (g *generator) plainRenewal() string {
+	var parts []string
+	for i := range g.rules {
+		r := &g.rules[i]
+		renewer, exact := rightfulRenewer(r)
+		if !exact {
+			g.note("rule %s: its bind template %q has several captures, which CEL cannot match: while leaseguard is down, renewals of its leases by any manager pass", r.Name, r.Bind.ManagerText)
+		}
+		moves := make([]string, len(r.Resources))
+		for j, res := range r.Resources {
+			moves[j] = onlyRenewTimeMoves(res)
+		}
+		parts = append(parts, and(selectsFirst(g.rules, i), or(moves...), renewer))
+	}
+	return or(parts...)
+}
+
+func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfiguration {
+	none := admissionregistrationv1.SideEffectClassNone
+	equivalent := admissionregistrationv1.Equivalent
+	fail, ignore := admissionregistrationv1.Fail, admissionregistrationv1.Ignore
+	resources := resourcesOf(g.rules)
+	selected := admissionregistrationv1.MatchCondition{Name: "selected-by-policy", Expression: g.selected()}
+	changes := admissionregistrationv1.MatchCondition{Name: "changes-something", Expression: not(noop())}
+	renewal := g.plainRenewal()
+	entry := func(name string, fp *admissionregistrationv1.FailurePolicyType, ops []admissionregistrationv1.OperationType, status bool, extra ...admissionregistrationv1.MatchCondition) admissionregistrationv1.ValidatingWebhook {
+		conds := append(append(controlPlane(), selected, changes), extra...)
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:                    name,
+			AdmissionReviewVersions: []string{"v1"},
+			ClientConfig:            g.clientConfig(admission.ValidatePath),
+			Rules:                   resourceRules(resources, ops, status),
+			SideEffects:             &none,
+			MatchPolicy:             &equivalent,
+			TimeoutSeconds:          &g.o.TimeoutSeconds,
+			FailurePolicy:           fp,
+			NamespaceSelector:       g.namespaceSelector(g.rules),
+			MatchConditions:         conds,
+		}
+	}
+	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: g.o.Prefix + "-validating-webhook-configuration", Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
+	}
+	if g.o.FailOpen {
+		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, &ignore, all, true)}
+		return cfg
+	}
+	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
+		// Identity changes (designation, holder, create, delete, status,
+		// finalizers and owner references) are never admitted without
+		// leaseguard.
+		entry(ValidateWebhook, &fail, all, true, admissionregistrationv1.MatchCondition{Name: "not-a-plain-renewal", Expression: not(renewal)}),
+		// The rightful holder's plain renewals keep flowing while leaseguard
+		// is down, so no leadership is lost to an outage.
+		entry(RenewalsWebhook, &ignore, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, false,
+			admissionregistrationv1.MatchCondition{Name: "plain-renewal", Expression: renewal}),
+	}
+	return cfg
+}
+
+// mutating renders the mutating webhook: for the rules with designation:
+// auto, the writes that may need the designation stamped (everything but
+// the designated manager's own writes), and early renewals when coalescing
+// runs in the webhook.
+func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfiguration {
+	var parts []string
+	var rules []policy.RuleView
+	for i := range g.rules {
+		r := &g.rules[i]
+		var why []string
+		if r.Designation == policy.DesignationAuto {
+			manager, _ := isManager(r)
+			designated := annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+			why = append(why, and(manager, or("request.operation == 'CREATE'", designated+" != "+celUser)))
+		}
+		if r.CoalesceInterval > 0 && g.o.Coalescing == CoalesceInWebhook {
+			if c, ok := g.earlyRenewal(i); ok {
+				why = append(why, c)
+			}
+		}
+		if len(why) > 0 {
+			parts = append(parts, and(selectsFirst(g.rules, i), or(why...)))
+			rules = append(rules, *r)
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	none := admissionregistrationv1.SideEffectClassNone
+	equivalent := admissionregistrationv1.Equivalent
+	ignore := admissionregistrationv1.Ignore
+	never := admissionregistrationv1.NeverReinvocationPolicy
+	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: g.o.Prefix + "-mutating-webhook-configuration", Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    DesignateWebhook,
+			AdmissionReviewVersions: []string{"v1"},
+			ClientConfig:            g.clientConfig(admission.MutatePath),
+			Rules:                   resourceRules(resourcesOf(rules), ops, false),
+			SideEffects:             &none,
+			MatchPolicy:             &equivalent,
+			TimeoutSeconds:          &g.o.TimeoutSeconds,
+			// A stamp that does not happen leaves the designation absent;
+			// validation still decides the write.
+			FailurePolicy:      &ignore,
+			ReinvocationPolicy: &never,
+			NamespaceSelector:  g.namespaceSelector(rules),
+			MatchConditions: append(controlPlane(), admissionregistrationv1.MatchCondition{
+				Name: "may-need-designation", Expression: or(parts...),
+			}),
+		}},
+	}
+}
+
+// earlyRenewal renders policy.Coalesce for rule i: a plain renewal by its
+// rightful renewer that advances renewTime by less than the rule's interval.
+// It reports false where CEL cannot say it exactly.
+func (g *generator) earlyRenewal(i int) (string, bool) {
+	r := &g.rules[i]
+	renewer, exact := rightfulRenewer(r)
+	if !exact {
+		g.note("rule %s: renewals are not coalesced: its bind template %q has several captures, which CEL cannot match", r.Name, r.Bind.ManagerText)
+		return "", false
+	}
+	moves := make([]string, len(r.Resources))
+	for j, res := range r.Resources {
+		moves[j] = onlyRenewTimeMoves(res)
+	}
+	advance := "(timestamp(object.spec.renewTime) - timestamp(oldObject.spec.renewTime))"
+	return and(selectsFirst(g.rules, i), or(moves...), renewer,
+		advance+" >= duration('0s')", advance+" < duration("+quote(durationString(r.CoalesceInterval))+")"), true
+}
+
+func durationString(d time.Duration) string { return d.String() }
+
+// coalescingPolicy renders the MutatingAdmissionPolicy that sets an early
+// renewal's renewTime back to the stored one: the write then changes
+// nothing and the API server stores nothing, sends no watch event, and
+// answers the client with success (docs/rate-limiting.md).
+func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+	if g.o.Coalescing != CoalesceInAPIServer {
+		return nil, nil
+	}
+	var parts []string
+	var rules []policy.RuleView
+	for i := range g.rules {
+		if g.rules[i].CoalesceInterval <= 0 {
+			continue
+		}
+		if c, ok := g.earlyRenewal(i); ok {
+			parts = append(parts, c)
+			rules = append(rules, g.rules[i])
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	ignore := admissionregistrationv1.Ignore
+	never := admissionregistrationv1.NeverReinvocationPolicy
+	equivalent := admissionregistrationv1.Equivalent
+	name := g.o.Prefix + "-coalesce-renewals"
+	var resourceRules []admissionregistrationv1.NamedRuleWithOperations
+	for _, rule := range resourceRulesFor(resourcesOf(rules)) {
+		resourceRules = append(resourceRules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: rule})
+	}
+	pol := &admissionregistrationv1.MutatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: g.namespaceSelector(rules),
+				ResourceRules:     resourceRules,
+				MatchPolicy:       &equivalent,
+			},
+			MatchConditions: append(controlPlane(), admissionregistrationv1.MatchCondition{Name: "early-renewal", Expression: or(parts...)}),
+			// A renewal the policy cannot judge is stored, as without it.
+			FailurePolicy:      &ignore,
+			ReinvocationPolicy: never,
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{
+					Expression: "[JSONPatch{op: 'replace', path: '/spec/renewTime', value: oldObject.spec.renewTime}]",
+				},
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
+	}
+	return pol, binding
+}
+
+func resourceRulesFor(resources []policy.Resource) []admissionregistrationv1.RuleWithOperations {
+	return resourceRules(resources, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, false)
+}

@@ -1,0 +1,332 @@
+package policy
+
+import (
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hardPolicy holds the rules of the hardening cases (docs/security.md): a
+// shared lease with every defence on, a coalescing rule and a plain one.
+const hardPolicy = `apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+clockSkew: 2s
+rules:
+- name: hard
+  resources: [leases, multiclusterleases]
+  namespaces: [hard]
+  managers: ["user:mgr-*"]
+  designation: auto
+  operators: ["user:op"]
+  statusWriters: ["user:mcl-ctrl"]
+  holderBinding: pod
+  minRenewInterval: 5s
+  backOffLosers: true
+- name: coalesce
+  resources: [leases, multiclusterleases]
+  namespaces: [coalesce]
+  managers: ["user:mgr-*"]
+  designation: auto
+  coalesceRenewals: auto
+  minRenewInterval: auto
+- name: plain
+  resources: [leases, multiclusterleases]
+  namespaces: [plain]
+  managers: ["user:mgr-*"]
+  minRenewInterval: 5s
+`
+
+var (
+	podB  = Caller{Username: "user:mgr-b", PodName: "pod-b"}
+	podA2 = Caller{Username: "user:mgr-a", PodName: "pod-2"}
+	op    = Caller{Username: "user:op"}
+	ctrl  = Caller{Username: "user:mcl-ctrl"}
+)
+
+// in builds an object of the hardening cases: held by pod_1 (podA's pod),
+// designated to mgr-a.
+func in(res Resource, ns string, opts ...objOpt) *Object {
+	return mk(res, ns, "l", append([]objOpt{holder("pod_1"), desig("user:mgr-a")}, opts...)...)
+}
+
+func renewWrite(d time.Duration) objOpt { return func(o *Object) { o.RenewWrite = t0.Add(d) } }
+func finalizers(f string) objOpt        { return func(o *Object) { o.Finalizers = f } }
+func ownerRefs(r string) objOpt         { return func(o *Object) { o.OwnerReferences = r } }
+func unreadableRenewTime(raw string) objOpt {
+	return func(o *Object) {
+		o.Spec.RenewTime = time.Time{}
+		o.Unreadable = append(o.Unreadable, Unreadable{Field: "spec.renewTime", Raw: raw, Problem: raw + " is not a time"})
+	}
+}
+
+type hardCase struct {
+	name     string
+	res      Resource
+	op       Operation
+	sub      string
+	caller   Caller
+	old, new *Object
+	now      time.Duration
+	dryRun   bool
+	manager  string
+	want     want
+	notice   string // substring of Decision.Notice
+}
+
+func hardCases(res Resource) []hardCase {
+	k := kindOf(res)
+	var cs []hardCase
+	add := func(c hardCase) {
+		c.res = res
+		c.name = k + "/" + c.name
+		cs = append(cs, c)
+	}
+	upd, del := Update, Delete
+
+	// I4: releases of a live lease.
+	add(hardCase{name: "holder's pod releases", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(1*sec)), now: 1 * sec, want: allow("hard")})
+	add(hardCase{name: "sibling pod releases the live lease of another", op: upd, caller: podA2,
+		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(2*sec)), now: 2 * sec,
+		want: denyMsg("hard", InvariantFencing, "leaseguard: rule hard: user:mgr-a may not release the lease of pod_1 on "+k+" hard/l (only the holder or an operator may; held until 2025-01-02T03:04:22Z, expires in 15s)")})
+	add(hardCase{name: "operator releases a live lease", op: upd, caller: op,
+		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(2*sec)), now: 2 * sec, want: allow("hard")})
+	add(hardCase{name: "anyone releases an expired lease", op: upd, caller: podA2,
+		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(30*sec)), now: 30 * sec,
+		want: want{verdict: Allow, rule: "hard"}})
+
+	// I10: bounds on the declared durations.
+	add(hardCase{name: "lease duration beyond the maximum", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", leaseDur(math.MaxInt32*sec), renewAt(6*sec)), now: 6 * sec,
+		want: denyMsg("hard", InvariantBounds, "leaseguard: rule hard: user:mgr-a sets leaseDurationSeconds 2147483647 on "+k+" hard/l (at most 60 (maxLeaseDuration))")})
+	add(hardCase{name: "lease duration at the maximum", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", leaseDur(60*sec), renewAt(6*sec)), now: 6 * sec, want: allowRenewal("hard", 6*sec)})
+
+	// I7: times.
+	add(hardCase{name: "acquireTime in 2099", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", func(o *Object) { o.Spec.AcquireTime = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC) }, renewAt(6*sec)), now: 6 * sec,
+		want: denySub("hard", InvariantLeaseTimes, " sets an acquireTime in the future on "+k+" hard/l (acquireTime 648644h ahead of the server clock, allowed 2s)")})
+	add(hardCase{name: "renewTime cleared while held", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", noRenew()), now: 6 * sec,
+		want: denyMsg("hard", InvariantLeaseTimes, "leaseguard: rule hard: user:mgr-a clears renewTime of held "+k+" hard/l (a held lease keeps its renewTime)")})
+	add(hardCase{name: "renewTime moved backwards", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", renewAt(-10*sec)), now: 6 * sec,
+		want: denySub("hard", InvariantLeaseTimes, " moves renewTime backwards on ")})
+
+	// I6: judged by the time the API server stored the last renewal.
+	add(hardCase{name: "old renewTime written a second after the last stored write", op: upd, caller: podA,
+		old: in(res, "hard", renewWrite(5*sec), renewAt(-1*sec)), new: in(res, "hard", renewWrite(6*sec), renewAt(0)), now: 6 * sec,
+		want: want{verdict: Deny, rule: "hard", inv: InvariantRenewalRate, code: http.StatusTooManyRequests, retry: 4 * sec, renewal: 1 * sec,
+			msg: "leaseguard: rule hard: user:mgr-a renews too often " + k + " hard/l (renewed 1s after the stored renewal, minimum 5s)"}})
+	add(hardCase{name: "server write time lags renewTime: renewTime counts", op: upd, caller: podA,
+		old: in(res, "hard", renewWrite(-1*sec)), new: in(res, "hard", renewAt(6*sec)), now: 6 * sec, want: allowRenewal("hard", 6*sec)})
+	add(hardCase{name: "managedFields time of the last renewal moved backwards", op: upd, caller: podA,
+		old: in(res, "hard", renewWrite(5*sec)), new: in(res, "hard", renewWrite(-100*sec), func(o *Object) { o.Finalizers = `["x"]` }), now: 6 * sec,
+		want: denyMsg("hard", InvariantLeaseTimes, "leaseguard: rule hard: user:mgr-a rewrites the managedFields time of the last renewal of "+k+" hard/l (the API server records it: 2025-01-02T03:04:10Z)")})
+	add(hardCase{name: "label-only write rewinding managedFields", op: upd, caller: podB,
+		old: in(res, "hard", renewWrite(5*sec)), new: in(res, "hard", renewWrite(-100*sec)), now: 6 * sec,
+		want: denySub("hard", InvariantLeaseTimes, " rewrites the managedFields time of the last renewal of ")})
+	add(hardCase{name: "re-acquisition right after a release is a write like any other", op: upd, caller: podA,
+		old: in(res, "hard", holder(""), renewWrite(5*sec), renewAt(5*sec)), new: in(res, "hard", holder("pod_2"), renewAt(6*sec), transitions(2), acquireAt(6*sec)), now: 6 * sec,
+		want: want{verdict: Deny, rule: "hard", inv: InvariantRenewalRate, code: http.StatusTooManyRequests, retry: 4 * sec, renewal: 1 * sec,
+			msg: "leaseguard: rule hard: user:mgr-a writes too often " + k + " hard/l (written 1s after the stored renewal, minimum 5s)"}})
+
+	// I11: finalizers and owner references.
+	add(hardCase{name: "non-designated manager adds a finalizer", op: upd, caller: podB,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`["block"]`)), now: 1 * sec,
+		want: denyMsg("hard", InvariantMetadata, "leaseguard: rule hard: user:mgr-b may not change finalizers or ownerReferences of "+k+" hard/l (designated: user:mgr-a, stale in 16s)")})
+	add(hardCase{name: "non-designated manager adds an owner reference", op: upd, caller: podB,
+		old: in(res, "hard"), new: in(res, "hard", ownerRefs(`[{"name":"gone"}]`)), now: 1 * sec,
+		want: denySub("hard", InvariantMetadata, " may not change finalizers or ownerReferences of ")})
+	add(hardCase{name: "non-designated manager labels the lease", op: upd, caller: podB,
+		old: in(res, "hard"), new: in(res, "hard"), now: 1 * sec, want: allow("hard")})
+	add(hardCase{name: "designated manager adds a finalizer", op: upd, caller: podA,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`["x"]`)), now: 1 * sec, want: allow("hard")})
+	add(hardCase{name: "status writer manages its finalizer", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`["multiclusterlease.core.cnrm.cloud.google.com/finalizer"]`)), now: 1 * sec, want: allow("hard")})
+	add(hardCase{name: "status writer adds an owner reference", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", ownerRefs(`[{"name":"x"}]`)), now: 1 * sec,
+		want: denySub("hard", InvariantManager, " is not a manager of ")})
+
+	// Stored objects leaseguard cannot read never block operators, status
+	// writers or deletion, and the holder renews.
+	garbled := unreadableRenewTime(`"yesterday"`)
+	add(hardCase{name: "unreadable stored renewTime: status writer removes its finalizer", op: upd, caller: ctrl,
+		old: in(res, "hard", garbled, finalizers(`["f"]`)), new: in(res, "hard", garbled), now: 1 * sec, want: allow("hard"), notice: "unreadable spec.renewTime"})
+	add(hardCase{name: "unreadable stored renewTime: operator deletes", op: del, caller: op,
+		old: in(res, "hard", garbled), now: 1 * sec, want: allow("hard")})
+	add(hardCase{name: "unreadable stored renewTime: holder renews", op: upd, caller: podA,
+		old: in(res, "hard", garbled, renewWrite(-10*sec)), new: in(res, "hard", renewAt(1*sec)), now: 1 * sec,
+		want: allow("hard"), notice: "judged without it"})
+	add(hardCase{name: "unreadable stored renewTime: expiry judged by the stored write", op: upd, caller: podB,
+		old: in(res, "hard", garbled, renewWrite(-20*sec), desig("")), new: in(res, "hard", garbled, holder("pod-b"), desig(""), transitions(2), acquireAt(1*sec)), now: 1 * sec,
+		want: allow("hard"), notice: "unreadable"})
+	add(hardCase{name: "unreadable stored renewTime: a live lease stays fenced", op: upd, caller: podB,
+		old: in(res, "hard", garbled, renewWrite(-5*sec), desig("")), new: in(res, "hard", garbled, holder("pod-b"), desig(""), transitions(2), acquireAt(1*sec)), now: 1 * sec,
+		want: denySub("hard", InvariantFencing, " may not change the holder (pod_1 to pod-b) of ")})
+
+	// Back-off: a losing candidate waits for staleness; people get a 403.
+	loser := want{verdict: Deny, rule: "hard", inv: InvariantDesignatedWriter, code: http.StatusTooManyRequests, retry: 16 * sec,
+		msg: "leaseguard: rule hard: user:mgr-b is not the designated manager of " + k + " hard/l (designated: user:mgr-a, stale in 16s)"}
+	add(hardCase{name: "losing candidate backs off until the designation goes stale", op: upd, caller: podB,
+		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: loser})
+	people := loser
+	people.code, people.retry = http.StatusForbidden, 0
+	add(hardCase{name: "kubectl gets the 403 at once", op: upd, caller: podB, manager: "kubectl-patch",
+		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: people})
+	add(hardCase{name: "a dry run gets the 403 at once", op: upd, caller: podB, dryRun: true,
+		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: people})
+
+	// Messages stay readable whatever the stored object holds.
+	add(hardCase{name: "far-future stored renewTime is named by date", op: upd, caller: podB,
+		old: in(res, "plain", renewAt(200*time.Hour)), new: in(res, "plain", holder("pod-b"), renewAt(201*time.Hour), transitions(2), acquireAt(time.Hour)), now: 1 * sec,
+		want: denyMsg("plain", InvariantFencing, "leaseguard: rule plain: user:mgr-b may not change the holder (pod_1 to pod-b) of "+k+" plain/l (held until 2025-01-10T11:04:22Z, expires at 2025-01-10T11:04:22Z)")})
+	add(hardCase{name: "right-to-left override in a holder is escaped", op: upd, caller: podB,
+		old: in(res, "plain", holder("evil\u202eredloh")), new: in(res, "plain", holder("pod-b"), renewAt(1*sec), transitions(2), acquireAt(1*sec)), now: 1 * sec,
+		want: denySub("plain", InvariantFencing, `(evil\u202eredloh to pod-b)`)})
+	return cs
+}
+
+func TestHardening(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	for _, res := range bothResources {
+		for _, c := range hardCases(res) {
+			t.Run(c.name, func(t *testing.T) {
+				req := &Request{Resource: c.res, Operation: c.op, Subresource: c.sub, Caller: c.caller, Old: c.old, New: c.new,
+					Now: t0.Add(c.now), DryRun: c.dryRun, FieldManager: c.manager}
+				simulateServerStamp(req)
+				d := Decide(p, req)
+				checkDecision(t, &d, c.caller.Username, c.want)
+				if !strings.Contains(d.Notice, c.notice) || (c.notice == "" && d.Notice != "") {
+					t.Errorf("Notice %q, want it to contain %q", d.Notice, c.notice)
+				}
+			})
+		}
+	}
+}
+
+// simulateServerStamp sets, as the API server does before admission, the
+// managedFields time of the renewTime's owner on the written object: now, when
+// the write changes renewTime, else the stored time; a case that sets it
+// itself (to rewind it) keeps its value.
+func simulateServerStamp(req *Request) {
+	if req.Old == nil || req.New == nil || !req.New.RenewWrite.IsZero() {
+		return
+	}
+	req.New.RenewWrite = req.Old.RenewWrite
+	if !req.New.Spec.RenewTime.Equal(req.Old.Spec.RenewTime) {
+		req.New.RenewWrite = req.Now.Truncate(time.Second)
+	}
+}
+
+func TestTransitionsCountOnlyAcquisitions(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	cases := []struct {
+		name     string
+		old, new *Object
+		want     string // substring of the denial, "" for an allow
+	}{
+		{"rewound by the holder", in(Leases, "plain", transitions(6)), in(Leases, "plain", transitions(0), renewAt(6*sec)),
+			"changes leaseTransitions (6 to 0) without a new holder on lease plain/l (leaseTransitions changes only on acquisition)"},
+		{"raised to the maximum by the holder", in(Leases, "plain"), in(Leases, "plain", transitions(math.MaxInt32), renewAt(6*sec)),
+			"changes leaseTransitions (1 to 2147483647) without a new holder"},
+		{"changed on release", in(Leases, "plain"), in(Leases, "plain", holder(""), transitions(5), renewAt(6*sec)),
+			"changes leaseTransitions (1 to 5) on release of lease plain/l (a release keeps leaseTransitions)"},
+		{"kept on release", in(Leases, "plain"), in(Leases, "plain", holder(""), renewAt(6*sec)), ""},
+		{"counted on acquisition of an expired lease", in(Leases, "plain"), in(Leases, "plain", holder("x"), transitions(2), acquireAt(20*sec), renewAt(20*sec)), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			now := 6 * sec
+			if c.new.Spec.Holder == "x" {
+				now = 20 * sec
+			}
+			d := Decide(p, &Request{Resource: Leases, Operation: Update, Caller: mgrA, Old: c.old, New: c.new, Now: t0.Add(now)})
+			if c.want == "" {
+				if d.Verdict != Allow {
+					t.Fatalf("denied: %s", d.Message)
+				}
+				return
+			}
+			if d.Verdict != Deny || d.Invariant != InvariantFencing || !strings.Contains(d.Message, c.want) {
+				t.Fatalf("decision %v %s %q, want an I4 denial containing %q", d.Verdict, d.Invariant, d.Message, c.want)
+			}
+		})
+	}
+	create := Decide(p, &Request{Resource: Leases, Operation: Create, Caller: mgrA, New: mk(Leases, "plain", "l", transitions(math.MaxInt32)), Now: t0})
+	if create.Verdict != Deny || !strings.Contains(create.Message, "creates with leaseTransitions 2147483647 lease plain/l (leaves no room to count the next acquisition)") {
+		t.Errorf("create with the maximum count: %v %q", create.Verdict, create.Message)
+	}
+}
+
+func TestCoalesce(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	renewal := func(ns string, caller Caller, advance time.Duration, opts ...objOpt) *Request {
+		old := mk(Leases, ns, "l", holder("h1"), desig("user:mgr-a"))
+		nw := mk(Leases, ns, "l", append([]objOpt{holder("h1"), desig("user:mgr-a"), renewAt(advance)}, opts...)...)
+		return &Request{Resource: Leases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(advance)}
+	}
+	if got := p.Rules[1].CoalesceInterval(); got != 7*sec {
+		t.Fatalf("coalesceRenewals auto = %v, want 7s for client-go's timings and a 2s clock skew", got)
+	}
+	cases := []struct {
+		name string
+		req  *Request
+		want bool
+	}{
+		{"designated holder renews 2s after the stored renewal", renewal("coalesce", mgrA, 2*sec), true},
+		{"6.999s after", renewal("coalesce", mgrA, 7*sec-time.Millisecond), true},
+		{"at the interval the renewal is stored", renewal("coalesce", mgrA, 7*sec), false},
+		{"renewTime moved backwards is left to validation", renewal("coalesce", mgrA, -time.Second), false},
+		{"another manager's renewal is left to validation", renewal("coalesce", mgrB, 2*sec), false},
+		{"a stranger's renewal is left to validation", renewal("coalesce", stranger, 2*sec), false},
+		{"a renewal that changes another field is stored", renewal("coalesce", mgrA, 2*sec, leaseDur(20*sec)), false},
+		{"a renewal that changes the finalizers is stored", renewal("coalesce", mgrA, 2*sec, finalizers(`["x"]`)), false},
+		{"a rule without coalesceRenewals stores every renewal", renewal("plain", mgrA, 2*sec), false},
+		{"a holder change is never coalesced", renewal("coalesce", mgrA, 2*sec, holder("h2")), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Coalesce(p, c.req); got != c.want {
+				t.Fatalf("Coalesce = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestCoalescingBoundsTheRateLimit(t *testing.T) {
+	_, errs := compileYAML(t, `apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+rules:
+- name: r
+  resources: [leases]
+  managers: [alice]
+  coalesceRenewals: 7s
+  minRenewInterval: 6s
+`)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `rules[0].minRenewInterval: Invalid value: "6s": would refuse renewals that coalescing stores: they come coalesceRenewals (7s) apart, which with clockSkew 2s may look like 5s; use at most 5s or "auto"`) {
+		t.Fatalf("errors %v", errs)
+	}
+	_, errs = compileYAML(t, `apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+rules:
+- name: r
+  resources: [leases]
+  managers: [alice]
+  coalesceRenewals: 8s
+`)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `rules[0].coalesceRenewals: Invalid value: "8s": followers of clients with leaseDuration 15s, renewDeadline 10s, retryPeriod 2s would think the lease expired`) {
+		t.Fatalf("errors %v", errs)
+	}
+}
+
+func TestDesignateWithGenerateName(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	nw := &Object{Namespace: "hard", GenerateName: "kcc-", Spec: Spec{Holder: "pod_1", RenewTime: t0}}
+	user, ok := Designate(p, &Request{Resource: MultiClusterLeases, Operation: Create, Caller: podA, New: nw, Now: t0})
+	if !ok || user != "user:mgr-a" {
+		t.Fatalf("Designate = %q %v, want the caller stamped on a generateName create", user, ok)
+	}
+}
