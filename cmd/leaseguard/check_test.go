@@ -505,3 +505,49 @@ func TestVersionCommand(t *testing.T) {
 		t.Errorf("version printed %q, want %q", out.String(), version+"\n")
 	}
 }
+
+// The fields of docs/security.md and docs/rate-limiting.md decided offline:
+// coalescing, the losing candidates' back-off and the lease bounds.
+func TestCheckDecidesCoalescingBackOffAndBounds(t *testing.T) {
+	f := &files{t: t, dir: t.TempDir()}
+	policy := f.write("policy.yaml", testfixtures.Header+`rules:
+- name: shared
+  resources: [multiclusterleases]
+  namespaces: [cnrm-system]
+  managers: ["`+testfixtures.KCCManagerPrefix+`*"]
+  designation: auto
+  coalesceRenewals: auto
+  minRenewInterval: auto
+  backOffLosers: true
+`)
+	stored := f.write("old.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -3 * time.Second}.yaml())
+	renewed := f.write("new.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -1 * time.Second}.yaml())
+	long := f.write("long.yaml", strings.Replace(obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: 0}.yaml(),
+		"leaseDurationSeconds: 15", "leaseDurationSeconds: 61", 1))
+	base := []string{"--config", policy, "--now", ts(0), "--old", stored}
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"the designated manager's early renewal is coalesced", []string{"--user", mgrA, "--new", renewed}, 0,
+			"ALLOW (coalesced): rule shared: renewTime advances 2s, less than coalesceRenewals 7s: acknowledged, not stored\n"},
+		{"a losing candidate backs off until the designation goes stale", []string{"--user", mgrB, "--new", renewed}, 1,
+			"DENY (I2, HTTP 429, retry after 14s): leaseguard: rule shared: " + mgrB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 14s)\n"},
+		{"kubectl gets the 403 at once", []string{"--user", mgrB, "--new", renewed, "--field-manager", "kubectl-patch"}, 1,
+			"DENY (I2, HTTP 403): leaseguard: rule shared: " + mgrB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 14s)\n"},
+		{"a dry run gets the 403 at once", []string{"--user", mgrB, "--new", renewed, "--dry-run"}, 1,
+			"DENY (I2, HTTP 403): "},
+		{"a lease longer than maxLeaseDuration", []string{"--user", mgrA, "--new", long}, 1,
+			"DENY (I10, HTTP 403): leaseguard: rule shared: " + mgrA + " sets leaseDurationSeconds 61 on multiclusterlease cnrm-system/kcc-leader (at most 60 (maxLeaseDuration))\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, code, _ := runCheck(t, append(base, c.args...)...)
+			if code != c.code || !strings.HasPrefix(out, c.want) {
+				t.Fatalf("exit %d, output %q\nwant exit %d, %q", code, out, c.code, c.want)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,15 +27,16 @@ import (
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/config"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/internal/devexamples"
 	"github.com/leaseguard/leaseguard/webhook/server"
 )
 
 // The demo's designated manager keeps the sample MultiClusterLease fresh, so
 // a second manager's write is refused as it would be in a real cluster.
 const (
-	demoNamespace = "cnrm-system"
-	demoManager   = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a"
-	demoMCL       = "kcc-leader"
+	demoNamespace = devexamples.Namespace
+	demoManager   = devexamples.Manager
+	demoMCL       = devexamples.MCL
 )
 
 func newDevCommand() *cobra.Command {
@@ -145,23 +147,10 @@ leaseguard is guarding a local kube-apiserver.
 	if !demo {
 		return
 	}
-	fmt.Fprintf(out, `%s is the designated manager of multiclusterlease %s/%s
-and renews it every 6s. Try, from the repository root:
-
-  # denied: another namespace-mode manager is not the designated one
-  kubectl --kubeconfig %[4]s --as system:serviceaccount:cnrm-system:cnrm-controller-manager-team-b \
-    apply --dry-run=server -f config/samples/multiclusterlease.yaml
-
-  # denied: not a manager at all
-  kubectl --kubeconfig %[4]s --as system:serviceaccount:default:intruder \
-    apply --dry-run=server -f config/samples/multiclusterlease.yaml
-
-  # admitted: the manager of team-a writes its own bound Lease
-  kubectl --kubeconfig %[4]s --as system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a \
-    --as-user-extra authentication.kubernetes.io/pod-name=cnrm-controller-manager-team-a-0 \
-    apply --dry-run=server -f config/samples/lease-team-a.yaml
-
-`, demoManager, demoNamespace, demoMCL, kubeconfig)
+	fmt.Fprintf(out, "%s is the designated manager of multiclusterlease %s/%s\nand renews it every 6s. Try, from the repository root:\n\n", demoManager, demoNamespace, demoMCL)
+	for _, e := range devexamples.Examples() {
+		fmt.Fprintf(out, "  # %s\n  %s\n\n", e.Comment, strings.ReplaceAll(e.Command("kubectl --kubeconfig "+kubeconfig), "\n", "\n  "))
+	}
 }
 
 // startDemo creates the demo namespace and MultiClusterLease as the demo

@@ -75,6 +75,24 @@ rules:
   namespaces: [it-mcl-free]
   managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
   designation: auto
+- name: hard-leases
+  resources: [leases]
+  namespaces: [it-hard]
+  bind:
+    manager: "system:serviceaccount:it-hard:manager-{ns}"
+    lease: "leader-{ns}"
+  operators: ["system:masters"]
+  holderBinding: pod
+  minRenewInterval: 5s
+- name: hard-mcl
+  resources: [multiclusterleases]
+  namespaces: [it-hard]
+  managers: ["system:serviceaccount:it-hard:manager-*"]
+  designation: auto
+  operators: ["system:masters", "it:operators"]
+  statusWriters: ["system:serviceaccount:multiclusterlease-system:default"]
+  minRenewInterval: 5s
+  backOffLosers: true
 - name: catch-all
   resources: [leases]
   managers: ["system:serviceaccount:nowhere:nobody"]

@@ -89,6 +89,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuseUnread(w, "", http.StatusBadRequest, err, "unreadable")
 		return
 	}
+	h.metrics.ReviewSize(h.d.webhook(), len(body))
 	now := time.Now()
 	if h.now != nil {
 		now = h.now()

@@ -23,6 +23,7 @@ type Recorder struct {
 	badRequests        *prometheus.CounterVec
 	unreadableStored   *prometheus.CounterVec
 	coalesced          *prometheus.CounterVec
+	reviewBytes        *prometheus.HistogramVec
 	policyReloads      *prometheus.CounterVec
 	policyValid        prometheus.Gauge
 }
@@ -60,6 +61,11 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Name: "leaseguard_coalesced_renewals_total",
 			Help: "Early renewals the mutating webhook set back to the stored renewTime, so that the API server stores nothing.",
 		}, []string{"resource"}),
+		reviewBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leaseguard_admission_review_bytes",
+			Help:    "Size of the AdmissionReviews leaseguard reads, by webhook: a lease write is a few KiB; a large one is padded.",
+			Buckets: []float64{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20},
+		}, []string{"webhook"}),
 		policyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseguard_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, invalid).",
@@ -69,7 +75,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Help: "1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.policyReloads, r.policyValid} {
+	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.reviewBytes, r.policyReloads, r.policyValid} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -102,6 +108,14 @@ func (r *Recorder) BadRequest(webhook, reason string) {
 		return
 	}
 	r.badRequests.WithLabelValues(webhook, reason).Inc()
+}
+
+// ReviewSize records the size of an AdmissionReview read.
+func (r *Recorder) ReviewSize(webhook string, n int) {
+	if r == nil {
+		return
+	}
+	r.reviewBytes.WithLabelValues(webhook).Observe(float64(n))
 }
 
 // UnreadableStored records an admitted write to a stored object with a field

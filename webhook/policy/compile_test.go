@@ -426,12 +426,13 @@ func TestCompileSample(t *testing.T) {
 	}
 	mcl, leases := p.Rules[0], p.Rules[1]
 	if mcl.Name != "kcc-mcl" || !mcl.resources[resourceIndex(MultiClusterLeases)] || mcl.resources[resourceIndex(Leases)] ||
-		mcl.designation != DesignationAuto || mcl.minRenewInterval != 5*time.Second || mcl.autoRenew ||
+		mcl.designation != DesignationAuto || !mcl.autoRenew || mcl.maxRenewInterval != 5*time.Second ||
+		mcl.coalesceInterval != 7*time.Second || !mcl.backOffLosers || mcl.maxLeaseDuration != time.Minute ||
 		mcl.enforcement != EnforceDeny || mcl.holderBinding != HolderBindingNone || mcl.bind != nil {
 		t.Errorf("kcc-mcl compiled to %+v", mcl)
 	}
 	if leases.Name != "kcc-namespace-leases" || !leases.resources[resourceIndex(Leases)] || leases.resources[resourceIndex(MultiClusterLeases)] ||
-		leases.designation != DesignationNone || !leases.autoRenew || leases.enforcement != EnforceWarn ||
+		leases.designation != DesignationNone || !leases.autoRenew || leases.coalesceInterval != 7*time.Second || leases.enforcement != EnforceWarn ||
 		leases.holderBinding != HolderBindingPod || leases.bind == nil {
 		t.Errorf("kcc-namespace-leases compiled to %+v", leases)
 	}

@@ -1,0 +1,178 @@
+package manifests
+
+import (
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+func render(t *testing.T, src string, o Options) *Rendered {
+	t.Helper()
+	p, err := policyfile.Parse([]byte(src), policy.CompileOptions{OwnNamespace: o.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Render(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+const head = "apiVersion: leaseguard.io/v1alpha1\nkind: LeasePolicy\nrules:\n"
+
+func condition(conds []admissionregistrationv1.MatchCondition, name string) string {
+	for _, c := range conds {
+		if c.Name == name {
+			return c.Expression
+		}
+	}
+	return ""
+}
+
+func TestGlobsBecomeCEL(t *testing.T) {
+	for glob, want := range map[string]string{
+		"kube-system":    `x == "kube-system"`,
+		"*":              "true",
+		"team-*":         `x.startsWith("team-")`,
+		"*-leader":       `x.endsWith("-leader")`,
+		"a*b*c.d":        `x.matches("^a(?s:.*)b(?s:.*)c\\.d$")`,
+		`quote"back\sl`:  `x == "quote\"back\\sl"`,
+		"ümlaut-*":       `x.startsWith("ümlaut-")`,
+		"new\nline-*":    `x.startsWith("new\nline-")`,
+		"(paren)*[set]":  `x.matches("^\\(paren\\)(?s:.*)\\[set\\]$")`,
+		"dot.star.*.end": `x.matches("^dot\\.star\\.(?s:.*)\\.end$")`,
+	} {
+		if got := globMatch("x", glob); got != want {
+			t.Errorf("globMatch(%q) = %s, want %s", glob, got, want)
+		}
+	}
+}
+
+// The renewals webhook (fail-open) takes only the rightful holder's plain
+// renewals; everything else goes to the fail-closed one, whose condition is
+// the exact negation.
+func TestFailureSplit(t *testing.T) {
+	r := render(t, head+`- name: r
+  resources: [leases]
+  namespaces: [team-a, team-b]
+  managers: ["svc:*"]
+  holderBinding: pod
+`, Defaults())
+	hooks := r.Validating.Webhooks
+	if len(hooks) != 2 || hooks[0].Name != ValidateWebhook || *hooks[0].FailurePolicy != admissionregistrationv1.Fail ||
+		hooks[1].Name != RenewalsWebhook || *hooks[1].FailurePolicy != admissionregistrationv1.Ignore {
+		t.Fatalf("webhooks %+v", hooks)
+	}
+	renewal := condition(hooks[1].MatchConditions, "plain-renewal")
+	if condition(hooks[0].MatchConditions, "not-a-plain-renewal") != "!"+renewal {
+		t.Errorf("the fail-closed webhook does not take exactly what the fail-open one leaves")
+	}
+	for _, want := range []string{`request.resource.resource == "leases"`, `request.userInfo.username.startsWith("svc:")`, "authentication.kubernetes.io/pod-name"} {
+		if !strings.Contains(renewal, want) {
+			t.Errorf("plain-renewal condition lacks %s", want)
+		}
+	}
+	if got := hooks[1].Rules[0].Operations; len(got) != 1 || got[0] != admissionregistrationv1.Update {
+		t.Errorf("the renewals webhook takes %v, want only UPDATE", got)
+	}
+	sel := hooks[0].NamespaceSelector.MatchExpressions
+	if len(sel) != 2 || sel[1].Operator != "In" || strings.Join(sel[1].Values, ",") != "team-a,team-b" {
+		t.Errorf("namespaceSelector %+v, want the rule's namespaces", sel)
+	}
+	if r.Mutating != nil || r.Coalescing != nil {
+		t.Errorf("no rule stamps or coalesces, yet a mutating webhook or policy is rendered")
+	}
+	open := render(t, head+"- name: r\n  resources: [leases]\n  managers: [a]\n", Options{Namespace: "ns", ServiceName: "s", Prefix: "p", FailOpen: true})
+	if len(open.Validating.Webhooks) != 1 || *open.Validating.Webhooks[0].FailurePolicy != admissionregistrationv1.Ignore {
+		t.Errorf("--fail-open: %+v", open.Validating.Webhooks)
+	}
+	if len(open.Validating.Webhooks[0].NamespaceSelector.MatchExpressions) != 1 {
+		t.Errorf("a rule for every namespace must not narrow the namespaceSelector")
+	}
+}
+
+// Rules are matched first to last, as the core selects.
+func TestLaterRulesExcludeEarlierOnes(t *testing.T) {
+	r := render(t, head+`- name: first
+  resources: [leases]
+  namespaces: [team-*]
+  names: [special]
+  managers: [a]
+- name: second
+  resources: [leases]
+  namespaces: [team-*]
+  managers: [b]
+  coalesceRenewals: auto
+`, Defaults())
+	early := condition(r.Coalescing.Spec.MatchConditions, "early-renewal")
+	if !strings.Contains(early, `!(request.resource.resource == "leases" && request.?namespace.orValue('').startsWith("team-") && `) {
+		t.Errorf("the second rule's coalescing does not exclude what the first selects:\n%s", early)
+	}
+}
+
+// A bind template with several captures cannot be matched in CEL: said in
+// the notes, and no coalescing for that rule.
+func TestUnexpressibleBindTemplatesAreNoted(t *testing.T) {
+	r := render(t, head+`- name: multi
+  resources: [leases]
+  bind:
+    manager: "system:serviceaccount:{ns}:manager-{team}"
+    lease: "{ns}-{team}"
+  coalesceRenewals: auto
+`, Defaults())
+	if r.Coalescing != nil {
+		t.Errorf("a coalescing policy was rendered for a rule CEL cannot match")
+	}
+	notes := strings.Join(r.Notes, "\n")
+	for _, want := range []string{"rule multi: renewals are not coalesced", "while leaseguard is down, renewals of its leases by any manager pass"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q lack %q", notes, want)
+		}
+	}
+}
+
+// The mutating webhook is called only where a designation may need
+// stamping: never for the designated manager's own writes.
+func TestMutatingWebhookOnlyForDesignation(t *testing.T) {
+	r := render(t, head+`- name: auto
+  resources: [multiclusterleases]
+  namespaces: [cnrm-system]
+  managers: ["m-*"]
+  designation: auto
+- name: plain
+  resources: [leases]
+  namespaces: [other]
+  managers: ["m-*"]
+`, Defaults())
+	if r.Mutating == nil {
+		t.Fatal("no mutating webhook for designation: auto")
+	}
+	w := r.Mutating.Webhooks[0]
+	if len(w.Rules) != 1 || w.Rules[0].Resources[0] != "multiclusterleases" {
+		t.Errorf("mutating rules %+v, want only the auto rule's resources", w.Rules)
+	}
+	cond := condition(w.MatchConditions, "may-need-designation")
+	if !strings.Contains(cond, `!= request.userInfo.username`) || strings.Contains(cond, `"other"`) {
+		t.Errorf("may-need-designation: %s", cond)
+	}
+	url := render(t, head+"- name: r\n  resources: [leases]\n  managers: [a]\n  designation: auto\n",
+		Options{Namespace: "ns", URL: "https://127.0.0.1:9443/", Prefix: "p", Coalescing: CoalesceOff})
+	if got := *url.Mutating.Webhooks[0].ClientConfig.URL; got != "https://127.0.0.1:9443/mutate-leases" {
+		t.Errorf("URL %s", got)
+	}
+}
+
+func TestRenderNeedsAPlace(t *testing.T) {
+	p, err := policyfile.Parse([]byte(head+"- name: r\n  resources: [leases]\n  managers: [a]\n"), policy.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Render(p, Options{}); err == nil {
+		t.Error("rendering without a namespace, service or prefix succeeded")
+	}
+}
