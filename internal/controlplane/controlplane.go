@@ -94,6 +94,10 @@ type Options struct {
 	// Manifests tunes that rendering (coalescing, fail-open); the service
 	// placement is the harness's.
 	Manifests manifests.Options
+	// SkipAdmission installs no admission configuration at all (the serving
+	// key pair and CA are still made): for callers that install their own,
+	// such as the benchmark through the API server.
+	SkipAdmission bool
 }
 
 // ControlPlane is a running kube-apiserver and etcd.
@@ -125,10 +129,15 @@ func Start(o Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	var mutating []*admissionregistrationv1.MutatingWebhookConfiguration
-	if rendered.Mutating != nil {
-		mutating = append(mutating, rendered.Mutating)
+	var validating []*admissionregistrationv1.ValidatingWebhookConfiguration
+	if o.SkipAdmission {
+		rendered = &manifests.Rendered{}
+	} else {
+		if rendered.Mutating != nil {
+			mutating = append(mutating, rendered.Mutating)
+		}
+		validating = append(validating, rendered.Validating)
 	}
-	validating := []*admissionregistrationv1.ValidatingWebhookConfiguration{rendered.Validating}
 	crds, err := config.CRDs()
 	if err != nil {
 		return nil, err
@@ -226,6 +235,10 @@ func InstallCoalescing(ctx context.Context, cfg *rest.Config, r *manifests.Rende
 	}
 	return nil
 }
+
+// CAData is the CA that signs the webhook serving certificate of
+// WebhookCertDir, for a caBundle.
+func (c *ControlPlane) CAData() []byte { return c.Env.WebhookInstallOptions.LocalServingCAData }
 
 // WriteKubeconfig writes a kubeconfig for a system:masters user to path.
 func (c *ControlPlane) WriteKubeconfig(path string) error {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -168,6 +169,23 @@ func grantLeaseAccess(ctx context.Context) {
 	if !apierrors.IsAlreadyExists(err) {
 		Expect(err).NotTo(HaveOccurred())
 	}
+}
+
+// said returns what leaseguard said in a refusal: the message after the API
+// server's "admission webhook ... denied the request: ", whichever of
+// leaseguard's two validating webhooks refused (identity changes go to
+// validate.leases.leaseguard.io, other updates to renewals.leases.leaseguard.io).
+func said(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	for _, hook := range []string{"validate", "renewals"} {
+		if rest, ok := strings.CutPrefix(msg, `admission webhook "`+hook+`.leases.leaseguard.io" denied the request: `); ok {
+			return rest
+		}
+	}
+	return "not leaseguard's refusal: " + msg
 }
 
 // impersonating returns a client config acting as user, with the pod-name

@@ -33,11 +33,11 @@ func TestDevReachesReadyAndItsExamplesDoWhatTheySay(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	readyLine := make(chan struct{})
-	var printed strings.Builder
+	var printed controlplane.SyncBuffer
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			printed.WriteString(sc.Text() + "\n")
+			_, _ = printed.Write([]byte(sc.Text() + "\n"))
 			if sc.Text() == "ready" {
 				close(readyLine)
 			}

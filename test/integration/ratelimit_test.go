@@ -277,8 +277,11 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 	nFree, _ := sum(free)
 	nMCLLimited, gapMCL := sum(mclLimited)
 	nMCLFree, _ := sum(mclFree)
+	mu.Lock()
+	nDeniedLimited, nDeniedFree := deniedLimited, deniedFree
+	mu.Unlock()
 	t.Logf("electors: %d storage writes free, %d limited (6s) in %s; longest gap %s", nFree, nLimited, run, gapLimited)
-	t.Logf("MCL: %d storage writes free, %d limited (5s); longest gap %s; denied patches: %d limited, %d free", nMCLFree, nMCLLimited, gapMCL, deniedLimited, deniedFree)
+	t.Logf("MCL: %d storage writes free, %d limited (5s); longest gap %s; denied patches: %d limited, %d free", nMCLFree, nMCLLimited, gapMCL, nDeniedLimited, nDeniedFree)
 
 	checkFactor := func(what string, free, limited int, predicted float64) {
 		if limited == 0 || free == 0 {
@@ -295,8 +298,8 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 	if gapLimited >= leaseDuration || gapMCL >= leaseDuration {
 		t.Errorf("a rate-limited lease went %s / %s without a write, longer than its %s lease duration", gapLimited, gapMCL, leaseDuration)
 	}
-	if deniedLimited == 0 || deniedFree == 0 {
-		t.Errorf("the non-designated KCC candidates were not refused (denied %d, %d)", deniedLimited, deniedFree)
+	if nDeniedLimited == 0 || nDeniedFree == 0 {
+		t.Errorf("the non-designated KCC candidates were not refused (denied %d, %d)", nDeniedLimited, nDeniedFree)
 	}
 }
 

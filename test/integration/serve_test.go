@@ -32,7 +32,7 @@ func TestServeRefusesToStartOnBadInput(t *testing.T) {
 		want []string
 	}{
 		{"misspelt field", []string{"--config", misspelt, "--cert-dir", cp.WebhookCertDir},
-			[]string{"policy file " + misspelt, "line 50: field manager not found in type v1alpha1.Rule"}},
+			[]string{"policy file " + misspelt, "line 68: field manager not found in type v1alpha1.Rule"}},
 		{"invalid value", []string{"--config", invalid, "--cert-dir", cp.WebhookCertDir},
 			[]string{"policy file " + invalid, `line 16: rules[1].enforcement: Unsupported value: "block": supported values: "deny", "warn", "audit"`}},
 		{"missing policy file", []string{"--config", filepath.Join(dir, "nope.yaml"), "--cert-dir", cp.WebhookCertDir},

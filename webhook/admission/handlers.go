@@ -17,13 +17,21 @@ import (
 // `leaseguard manifests` generates name the same paths.
 const (
 	ValidatePath = "/validate-leases"
+	// RenewalsPath serves the fail-open webhook, which the API server calls
+	// for every UPDATE that changes something but is not an identity change
+	// (policy.IdentityChange): the holders' renewals and free metadata.
+	RenewalsPath = "/validate-renewals"
 	MutatePath   = "/mutate-leases"
 )
 
 // Validator is the validating webhook: it enforces docs/design.md §4 on
 // every guarded write.
 type Validator struct {
-	Policies PolicySource
+	// OnlyRenewals marks the handler of RenewalsPath: it admits identity
+	// changes without deciding them (nor counting them), because the
+	// fail-closed webhook decides them.
+	OnlyRenewals bool
+	Policies     PolicySource
 	Metrics  *metrics.Recorder
 	Log      logr.Logger
 	// Now is the server clock; time.Now when nil.
@@ -35,7 +43,12 @@ func (v *Validator) Handler() http.Handler {
 	return &handler{d: v, metrics: v.Metrics, log: v.Log, now: v.Now}
 }
 
-func (v *Validator) webhook() string { return "validate" }
+func (v *Validator) webhook() string {
+	if v.OnlyRenewals {
+		return "renewals"
+	}
+	return "validate"
+}
 
 // refusesUnreadable: validation refuses what it cannot read.
 func (v *Validator) refusesUnreadable() bool { return true }
@@ -43,6 +56,9 @@ func (v *Validator) refusesUnreadable() bool { return true }
 func (v *Validator) decide(r *Review) Answer {
 	start := time.Now()
 	req := r.Request
+	if v.OnlyRenewals && policy.IdentityChange(req) {
+		return Answer{Allowed: true}
+	}
 	d := policy.Decide(v.Policies.Policy(), req)
 	v.Metrics.Decision(req.Resource, &d, time.Since(start))
 	if d.Verdict != policy.Allow {

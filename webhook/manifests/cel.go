@@ -244,6 +244,21 @@ func ownershipUnchanged() string {
 	)
 }
 
+// identityChange renders policy.IdentityChange: anything but an UPDATE of
+// the object itself that keeps the holder, every lease field but renewTime,
+// the designation, the finalizers and the owner references.
+func identityChange(resources []policy.Resource) string {
+	kept := make([]string, len(resources))
+	for i, res := range resources {
+		parts := []string{"request.resource.resource == " + quote(string(res))}
+		for _, f := range leaseFields(res) {
+			parts = append(parts, spec("object", f)+" == "+spec("oldObject", f))
+		}
+		kept[i] = and(parts...)
+	}
+	return not(and("request.operation == 'UPDATE'", "request.?subResource.orValue('') == ''", or(kept...), ownershipUnchanged()))
+}
+
 // onlyRenewTimeMoves renders "an UPDATE of the object itself by which only
 // renewTime changes, with a holder".
 func onlyRenewTimeMoves(res policy.Resource) string {

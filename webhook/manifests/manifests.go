@@ -247,6 +247,14 @@ func noop() string {
 		same("?spec"),
 		same("metadata.?labels"), same("metadata.?annotations"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"),
+		managedFieldsSameButTime(),
+	)
+}
+
+// managedFieldsSameButTime renders "the managedFields entries are the same
+// but for their times", which the API server then reverts.
+func managedFieldsSameButTime() string {
+	return and(
 		"object.metadata.?managedFields.orValue([]).size() == oldObject.metadata.?managedFields.orValue([]).size()",
 		"object.metadata.?managedFields.orValue([]).all(m, oldObject.metadata.?managedFields.orValue([]).exists(o, "+
 			"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && "+
@@ -254,23 +262,13 @@ func noop() string {
 	)
 }
 
-// plainRenewal renders "a rightful renewal that moves only renewTime": the
-// writes that may pass while leaseguard is down (the fail-open half).
-func (g *generator) plainRenewal() string {
-	var parts []string
-	for i := range g.rules {
-		r := &g.rules[i]
-		renewer, exact := rightfulRenewer(r)
-		if !exact {
-			g.note("rule %s: its bind template %q has several captures, which CEL cannot match: while leaseguard is down, renewals of its leases by any manager pass", r.Name, r.Bind.ManagerText)
-		}
-		moves := make([]string, len(r.Resources))
-		for j, res := range r.Resources {
-			moves[j] = onlyRenewTimeMoves(res)
-		}
-		parts = append(parts, and(selectsFirst(g.rules, i), or(moves...), renewer))
-	}
-	return or(parts...)
+// noopFirstRenewTime renders noop with renewTime compared first: on the hot
+// path, a renewal, CEL stops there.
+func noopFirstRenewTime() string {
+	same := func(path string) string { return "object." + path + " == oldObject." + path }
+	return and("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"),
+		same("metadata.?labels"), same("metadata.?annotations"),
+		same("metadata.?finalizers"), same("metadata.?ownerReferences"), managedFieldsSameButTime())
 }
 
 func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfiguration {
@@ -278,42 +276,51 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	equivalent := admissionregistrationv1.Equivalent
 	fail, ignore := admissionregistrationv1.Fail, admissionregistrationv1.Ignore
 	resources := resourcesOf(g.rules)
-	selected := admissionregistrationv1.MatchCondition{Name: "selected-by-policy", Expression: g.selected()}
-	changes := admissionregistrationv1.MatchCondition{Name: "changes-something", Expression: not(noop())}
-	renewal := g.plainRenewal()
-	entry := func(name string, fp *admissionregistrationv1.FailurePolicyType, ops []admissionregistrationv1.OperationType, status bool, extra ...admissionregistrationv1.MatchCondition) admissionregistrationv1.ValidatingWebhook {
-		conds := append(append(controlPlane(), selected, changes), extra...)
+	selected := g.selected()
+	// All of a webhook's matchConditions are evaluated on every write they
+	// could match; within one expression CEL stops at the first false term.
+	// So each webhook's decision is one expression whose cheap, selective
+	// terms come first.
+	entry := func(name, path string, fp *admissionregistrationv1.FailurePolicyType, ops []admissionregistrationv1.OperationType, status bool, decides admissionregistrationv1.MatchCondition) admissionregistrationv1.ValidatingWebhook {
 		return admissionregistrationv1.ValidatingWebhook{
 			Name:                    name,
 			AdmissionReviewVersions: []string{"v1"},
-			ClientConfig:            g.clientConfig(admission.ValidatePath),
+			ClientConfig:            g.clientConfig(path),
 			Rules:                   resourceRules(resources, ops, status),
 			SideEffects:             &none,
 			MatchPolicy:             &equivalent,
 			TimeoutSeconds:          &g.o.TimeoutSeconds,
 			FailurePolicy:           fp,
 			NamespaceSelector:       g.namespaceSelector(g.rules),
-			MatchConditions:         conds,
+			MatchConditions:         append(controlPlane(), decides),
 		}
 	}
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
+	updates := []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: g.o.Prefix + "-validating-webhook-configuration", Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
 	}
 	if g.o.FailOpen {
-		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, &ignore, all, true)}
+		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, admission.ValidatePath, &ignore, all, true,
+			admissionregistrationv1.MatchCondition{Name: "selected-and-changed", Expression: and(selected, not(noop()))})}
 		return cfg
 	}
 	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
-		// Identity changes (designation, holder, create, delete, status,
-		// finalizers and owner references) are never admitted without
-		// leaseguard.
-		entry(ValidateWebhook, &fail, all, true, admissionregistrationv1.MatchCondition{Name: "not-a-plain-renewal", Expression: not(renewal)}),
-		// The rightful holder's plain renewals keep flowing while leaseguard
-		// is down, so no leadership is lost to an outage.
-		entry(RenewalsWebhook, &ignore, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, false,
-			admissionregistrationv1.MatchCondition{Name: "plain-renewal", Expression: renewal}),
+		// Identity changes (creates, deletes, status, holder, lease fields,
+		// designation, finalizers, owner references) are never admitted
+		// without leaseguard.
+		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
+			Name: "selected-identity-change", Expression: and(selected, identityChange(resources)),
+		}),
+		// Every other UPDATE that changes something (the holders' renewals,
+		// free metadata) keeps flowing while leaseguard is down, so no
+		// leadership is lost to an outage. It also receives the identity
+		// changes that are UPDATEs; that handler leaves them to the one
+		// above.
+		entry(RenewalsWebhook, admission.RenewalsPath, &ignore, updates, false, admissionregistrationv1.MatchCondition{
+			Name: "selected-and-changed", Expression: and(selected, not(noopFirstRenewTime())),
+		}),
 	}
 	return cfg
 }

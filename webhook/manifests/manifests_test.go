@@ -53,9 +53,9 @@ func TestGlobsBecomeCEL(t *testing.T) {
 	}
 }
 
-// The renewals webhook (fail-open) takes only the rightful holder's plain
-// renewals; everything else goes to the fail-closed one, whose condition is
-// the exact negation.
+// Identity changes go to the fail-closed webhook; every other change to the
+// fail-open one, which leaves identity changes that are UPDATEs to the
+// former.
 func TestFailureSplit(t *testing.T) {
 	r := render(t, head+`- name: r
   resources: [leases]
@@ -68,30 +68,38 @@ func TestFailureSplit(t *testing.T) {
 		hooks[1].Name != RenewalsWebhook || *hooks[1].FailurePolicy != admissionregistrationv1.Ignore {
 		t.Fatalf("webhooks %+v", hooks)
 	}
-	renewal := condition(hooks[1].MatchConditions, "plain-renewal")
-	if condition(hooks[0].MatchConditions, "not-a-plain-renewal") != "!"+renewal {
-		t.Errorf("the fail-closed webhook does not take exactly what the fail-open one leaves")
+	if *hooks[0].ClientConfig.Service.Path != "/validate-leases" || *hooks[1].ClientConfig.Service.Path != "/validate-renewals" {
+		t.Errorf("paths %s, %s", *hooks[0].ClientConfig.Service.Path, *hooks[1].ClientConfig.Service.Path)
 	}
-	for _, want := range []string{`request.resource.resource == "leases"`, `request.userInfo.username.startsWith("svc:")`, "authentication.kubernetes.io/pod-name"} {
-		if !strings.Contains(renewal, want) {
-			t.Errorf("plain-renewal condition lacks %s", want)
+	closed := condition(hooks[0].MatchConditions, "selected-identity-change")
+	for _, want := range []string{`request.?namespace`, `"team-a"`, "!(request.operation == 'UPDATE'", "object.?spec.?holderIdentity == oldObject.?spec.?holderIdentity",
+		"object.metadata.?finalizers == oldObject.metadata.?finalizers", `object.metadata.?annotations[?"leaseguard.io/designated-manager"]`} {
+		if !strings.Contains(closed, want) {
+			t.Errorf("fail-closed condition lacks %s:\n%s", want, closed)
 		}
+	}
+	if strings.Contains(closed, "renewTime") {
+		t.Errorf("renewTime decides nothing about identity:\n%s", closed)
+	}
+	open := condition(hooks[1].MatchConditions, "selected-and-changed")
+	if !strings.Contains(open, "!(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime") {
+		t.Errorf("the fail-open condition does not compare renewTime first:\n%s", open)
 	}
 	if got := hooks[1].Rules[0].Operations; len(got) != 1 || got[0] != admissionregistrationv1.Update {
 		t.Errorf("the renewals webhook takes %v, want only UPDATE", got)
 	}
-	sel := hooks[0].NamespaceSelector.MatchExpressions
-	if len(sel) != 2 || sel[1].Operator != "In" || strings.Join(sel[1].Values, ",") != "team-a,team-b" {
-		t.Errorf("namespaceSelector %+v, want the rule's namespaces", sel)
+	nsSel := hooks[0].NamespaceSelector.MatchExpressions
+	if len(nsSel) != 2 || nsSel[1].Operator != "In" || strings.Join(nsSel[1].Values, ",") != "team-a,team-b" {
+		t.Errorf("namespaceSelector %+v, want the rule's namespaces", nsSel)
 	}
 	if r.Mutating != nil || r.Coalescing != nil {
 		t.Errorf("no rule stamps or coalesces, yet a mutating webhook or policy is rendered")
 	}
-	open := render(t, head+"- name: r\n  resources: [leases]\n  managers: [a]\n", Options{Namespace: "ns", ServiceName: "s", Prefix: "p", FailOpen: true})
-	if len(open.Validating.Webhooks) != 1 || *open.Validating.Webhooks[0].FailurePolicy != admissionregistrationv1.Ignore {
-		t.Errorf("--fail-open: %+v", open.Validating.Webhooks)
+	openOnly := render(t, head+"- name: r\n  resources: [leases]\n  managers: [a]\n", Options{Namespace: "ns", ServiceName: "s", Prefix: "p", FailOpen: true})
+	if len(openOnly.Validating.Webhooks) != 1 || *openOnly.Validating.Webhooks[0].FailurePolicy != admissionregistrationv1.Ignore {
+		t.Errorf("--fail-open: %+v", openOnly.Validating.Webhooks)
 	}
-	if len(open.Validating.Webhooks[0].NamespaceSelector.MatchExpressions) != 1 {
+	if len(openOnly.Validating.Webhooks[0].NamespaceSelector.MatchExpressions) != 1 {
 		t.Errorf("a rule for every namespace must not narrow the namespaceSelector")
 	}
 }
@@ -129,7 +137,7 @@ func TestUnexpressibleBindTemplatesAreNoted(t *testing.T) {
 		t.Errorf("a coalescing policy was rendered for a rule CEL cannot match")
 	}
 	notes := strings.Join(r.Notes, "\n")
-	for _, want := range []string{"rule multi: renewals are not coalesced", "while leaseguard is down, renewals of its leases by any manager pass"} {
+	for _, want := range []string{"rule multi: renewals are not coalesced"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes %q lack %q", notes, want)
 		}

@@ -83,6 +83,48 @@ func Coalesce(p *Policy, req *Request) bool {
 	return rule.rightfulRenewer(&req.Caller, old)
 }
 
+// IdentityChange reports whether a write may change who holds or may write
+// the lease, or whether it exists: anything but an UPDATE of the object
+// itself that keeps the holder, every other lease field, the designation,
+// the finalizers and the owner references (renewTime, labels and other
+// annotations may move). Such writes must never be admitted without
+// leaseguard: the rendered webhook that takes them fails closed, the one
+// that takes the rest fails open (docs/security.md). The generated CEL
+// decides the same.
+func IdentityChange(req *Request) bool {
+	if req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+		return true
+	}
+	old, new := req.Old, req.New
+	moved := new.Spec
+	moved.RenewTime = old.Spec.RenewTime
+	if !old.Spec.Equal(&moved) || !sameDesignation(old, new) ||
+		old.Finalizers != new.Finalizers || old.OwnerReferences != new.OwnerReferences {
+		return true
+	}
+	// Fields leaseguard cannot read compare by their JSON text, as CEL
+	// compares them; renewTime may move.
+	raw := func(o *Object) map[string]string {
+		m := map[string]string{}
+		for _, u := range o.Unreadable {
+			if u.Field != "spec.renewTime" {
+				m[u.Field] = u.Raw
+			}
+		}
+		return m
+	}
+	a, b := raw(old), raw(new)
+	if len(a) != len(b) {
+		return true
+	}
+	for f, v := range a {
+		if b[f] != v {
+			return true
+		}
+	}
+	return false
+}
+
 // plainRenewal reports whether new differs from old in renewTime alone, with
 // a holder, as both say: nothing but the clock moves.
 func plainRenewal(old, new *Object) bool {

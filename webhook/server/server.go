@@ -94,6 +94,9 @@ func Run(ctx context.Context, o Options) error {
 	srv.Register(admission.ValidatePath, (&admission.Validator{
 		Policies: store, Metrics: rec, Log: log.WithName("validate"),
 	}).Handler())
+	srv.Register(admission.RenewalsPath, (&admission.Validator{
+		OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"),
+	}).Handler())
 	srv.Register(admission.MutatePath, (&admission.Designator{
 		Policies: store, Metrics: rec, Log: log.WithName("designate"),
 	}).Handler())

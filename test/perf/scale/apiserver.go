@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
 	"math/rand"
 	"net/http"
 	"net/url"
@@ -276,7 +277,7 @@ func runAPIServer(ctx context.Context, o options) (*apiResult, error) {
 	ctx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 
-	procs, err := findChildren(map[string]bool{"kube-apiserver": true, "etcd": true, "leaseguard": true})
+	procs, err := procstat.FindChildren(map[string]bool{"kube-apiserver": true, "etcd": true, "leaseguard": true})
 	if err != nil {
 		return nil, err
 	}
@@ -291,9 +292,9 @@ func runAPIServer(ctx context.Context, o options) (*apiResult, error) {
 	}
 	// What the processes use with no lease traffic, for reference.
 	progress("measuring the idle control plane for %s ...", idleWindow)
-	idle0 := readCPU(procs)
+	idle0 := procstat.ReadCPU(procs)
 	sleep(ctx, idleWindow)
-	idle1 := readCPU(procs)
+	idle1 := procstat.ReadCPU(procs)
 	idle := map[string]float64{}
 	for name := range idle1 {
 		idle[name] = (idle1[name] - idle0[name]) / idleWindow.Seconds()
@@ -345,14 +346,14 @@ func runAPIServer(ctx context.Context, o options) (*apiResult, error) {
 		if err != nil {
 			return ph, err
 		}
-		cpu0 := readCPU(procs)
+		cpu0 := procstat.ReadCPU(procs)
 		lost0 := lost.Load()
 		stats.start()
 		counter.begin(int(o.apiDuration / time.Second))
 		sleep(ctx, o.apiDuration)
 		ph.writes, ph.writesSeries, ph.window, ph.maxGap, ph.gaps, ph.meanGap = counter.end()
 		ph.requests, ph.byCode, ph.latencies = stats.stop()
-		cpu1 := readCPU(procs)
+		cpu1 := procstat.ReadCPU(procs)
 		ph.lostLeader = lost.Load() - lost0
 		m1, err := guard.Metrics(ctx)
 		if err != nil {
@@ -365,7 +366,7 @@ func runAPIServer(ctx context.Context, o options) (*apiResult, error) {
 		for name := range cpu1 {
 			ph.cpu[name] = cpu1[name] - cpu0[name]
 		}
-		ph.rss = readRSS(procs)
+		ph.rss = procstat.ReadRSS(procs)
 		if stats.total.Load() > stats.limit {
 			return ph, fmt.Errorf("%s: the electors sent more than %d requests, the run's bound", name, stats.limit)
 		}
@@ -534,12 +535,12 @@ func (r *apiResult) print(o options) {
 
 	names := make([]string, 0, len(r.free.cpu))
 	for n := range r.free.cpu {
-		if n != machine {
+		if n != procstat.Machine {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
-	fmt.Printf("CPU (cores busy on average, of %d) and RSS per process:\n\n", numCPU())
+	fmt.Printf("CPU (cores busy on average, of %d) and RSS per process:\n\n", procstat.NumCPU())
 	fmt.Println("| process | cores, idle | cores, without | cores, with | RSS without | RSS with |")
 	fmt.Println("|---|---|---|---|---|---|")
 	var sumIdle, sumFree, sumLimited float64
@@ -550,10 +551,10 @@ func (r *apiResult) print(o options) {
 		sumLimited += cl
 		fmt.Printf("| %s | %.2f | %.2f | %.2f | %.0f MiB | %.0f MiB |\n", n, r.idle[n], cf, cl, float64(r.free.rss[n])/1024, float64(r.limited.rss[n])/1024)
 	}
-	mf, ml := r.free.cpu[machine]/r.free.window.Seconds(), r.limited.cpu[machine]/r.limited.window.Seconds()
+	mf, ml := r.free.cpu[procstat.Machine]/r.free.window.Seconds(), r.limited.cpu[procstat.Machine]/r.limited.window.Seconds()
 	fmt.Printf("| this run, all | %.2f | %.2f | %.2f | | |\n", sumIdle, sumFree, sumLimited)
-	fmt.Printf("| other processes on the machine | %.2f | %.2f | %.2f | | |\n", r.idle[machine]-sumIdle, mf-sumFree, ml-sumLimited)
-	fmt.Printf("| machine | %.2f | %.2f | %.2f | | |\n\n", r.idle[machine], mf, ml)
+	fmt.Printf("| other processes on the machine | %.2f | %.2f | %.2f | | |\n", r.idle[procstat.Machine]-sumIdle, mf-sumFree, ml-sumLimited)
+	fmt.Printf("| machine | %.2f | %.2f | %.2f | | |\n\n", r.idle[procstat.Machine], mf, ml)
 	codes := func(p *apiPhase) string {
 		var parts []string
 		keys := make([]int, 0, len(p.byCode))

@@ -26,6 +26,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
 	"os"
 	"path/filepath"
 	"time"
@@ -99,7 +100,7 @@ func run(o options) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("# leaseguard scale run, %s, %d CPUs\n\n", time.Now().UTC().Format(time.RFC3339), numCPU())
+	fmt.Printf("# leaseguard scale run, %s, %d CPUs\n\n", time.Now().UTC().Format(time.RFC3339), procstat.NumCPU())
 	fmt.Printf("command: %s\n\n", commandLine())
 
 	if o.mode == "core" || o.mode == "both" {

@@ -1,4 +1,7 @@
-package main
+// Package procstat reads what the measuring programs report of a process
+// from /proc: CPU seconds and resident memory, and the whole machine's busy
+// CPU (this machine is shared: the reports show it beside the processes').
+package procstat
 
 import (
 	"fmt"
@@ -13,7 +16,8 @@ import (
 // (100 on Linux, whatever the kernel's HZ).
 const clockTicks = 100
 
-func numCPU() int { return runtime.NumCPU() }
+// NumCPU is the number of CPUs the machine has.
+func NumCPU() int { return runtime.NumCPU() }
 
 // statFields returns the fields of /proc/<pid>/stat after "(comm)", so that
 // field k of proc(5) is at index k-3, and the command name.
@@ -30,9 +34,9 @@ func statFields(pid int) (string, []string, error) {
 	return s[open+1 : closing], strings.Fields(s[closing+1:]), nil
 }
 
-// findChildren finds the direct child processes of this one by command name
+// FindChildren finds the direct child processes of this one by command name
 // (kube-apiserver and etcd started by envtest, leaseguard by the harness).
-func findChildren(names map[string]bool) (map[string]int, error) {
+func FindChildren(names map[string]bool) (map[string]int, error) {
 	self := os.Getpid()
 	entries, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
@@ -60,8 +64,8 @@ func findChildren(names map[string]bool) (map[string]int, error) {
 	return found, nil
 }
 
-// readCPU returns user+system CPU seconds per named process.
-func readCPU(procs map[string]int) map[string]float64 {
+// ReadCPU returns user+system CPU seconds per named process.
+func ReadCPU(procs map[string]int) map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range procs {
 		_, f, err := statFields(pid)
@@ -72,13 +76,13 @@ func readCPU(procs map[string]int) map[string]float64 {
 		stime, _ := strconv.ParseFloat(f[12], 64) // field 15
 		out[name] = (utime + stime) / clockTicks
 	}
-	out[machine] = machineCPU()
+	out[Machine] = machineCPU()
 	return out
 }
 
-// machine is the pseudo-process name under which readCPU reports the whole
+// Machine is the pseudo-process name under which ReadCPU reports the whole
 // machine's busy CPU (every process, this run's and others').
-const machine = "machine (all processes)"
+const Machine = "machine (all processes)"
 
 // machineCPU returns the CPU seconds the whole machine has been busy, from
 // the first line of /proc/stat (idle and iowait excluded).
@@ -103,8 +107,8 @@ func machineCPU() float64 {
 	return busy / clockTicks
 }
 
-// readRSS returns VmRSS in KiB per named process.
-func readRSS(procs map[string]int) map[string]int64 {
+// ReadRSS returns VmRSS in KiB per named process.
+func ReadRSS(procs map[string]int) map[string]int64 {
 	out := map[string]int64{}
 	for name, pid := range procs {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
