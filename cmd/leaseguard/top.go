@@ -104,7 +104,7 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 		if err != nil {
 			return err
 		}
-		projector = &leaseprojection.Projector{Policy: p}
+		projector = &leaseprojection.Projector{Policy: p, OwnNamespace: o.ownNamespace}
 	}
 
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(

@@ -74,29 +74,55 @@ func (s *Status) setError(err error) {
 	s.lastErr, s.errAt = err.Error(), time.Now()
 }
 
+// Source is one resource to watch and where its list and watch come from.
+type Source struct {
+	Resource      policy.Resource
+	ListerWatcher cache.ListerWatcher
+	// Example is the type the list-watch returns (*coordinationv1.Lease or
+	// *unstructured.Unstructured).
+	Example runtime.Object
+}
+
 // Start checks access, starts the informers and returns once they have
 // listed every lease (the sink is then started). They run until ctx ends.
 func Start(ctx context.Context, o Options, sink Sink) (*Status, error) {
-	now := o.Now
-	if now == nil {
-		now = time.Now
-	}
 	resources := o.Resources
 	if len(resources) == 0 {
 		resources = []policy.Resource{policy.Leases, policy.MultiClusterLeases}
 	}
-	st := &Status{}
-	var informers []cache.SharedIndexInformer
+	var sources []Source
+	var skipped []string
 	for _, res := range resources {
 		lw, example, err := listWatch(ctx, o, res)
 		if errors.Is(err, errNoCRD) {
-			st.Skipped = append(st.Skipped, "multiclusterleases: the MultiClusterLease CRD ("+mclv1alpha1.Resource+"."+mclv1alpha1.Group+") is not installed")
+			skipped = append(skipped, "multiclusterleases: the MultiClusterLease CRD ("+mclv1alpha1.Resource+"."+mclv1alpha1.Group+") is not installed")
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
+		sources = append(sources, Source{Resource: res, ListerWatcher: lw, Example: example})
+	}
+	st, err := StartSources(ctx, sources, sink, o.Now)
+	if err != nil {
+		return nil, err
+	}
+	st.Skipped = skipped
+	return st, nil
+}
+
+// StartSources runs one informer per source into sink and returns once they
+// have listed (the sink is then started). now is the clock of observations
+// (time.Now when nil).
+func StartSources(ctx context.Context, sources []Source, sink Sink, now func() time.Time) (*Status, error) {
+	if now == nil {
+		now = time.Now
+	}
+	st := &Status{}
+	var informers []cache.SharedIndexInformer
+	for _, src := range sources {
+		res := src.Resource
+		inf := cache.NewSharedIndexInformerWithOptions(src.ListerWatcher, src.Example, cache.SharedIndexInformerOptions{})
 		if err := inf.SetTransform(transform(res)); err != nil {
 			return nil, err
 		}

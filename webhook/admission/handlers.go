@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -31,6 +32,8 @@ type Validator struct {
 	Log      logr.Logger
 	// Now is the server clock; time.Now when nil.
 	Now func() time.Time
+	// LeaseStats counts the heaviest leases and writers (/debug/leases); nil disables it.
+	LeaseStats *leasestats.Stats
 }
 
 var _ admission.Handler = (*Validator)(nil)
@@ -50,6 +53,7 @@ func (v *Validator) Handle(_ context.Context, req admission.Request) admission.R
 	}
 	d := policy.Decide(v.Policies.Policy(), preq)
 	v.Metrics.Decision(preq.Resource, &d, time.Since(start))
+	v.LeaseStats.ObserveRequest(preq, d.Verdict) // leasestats hook (issue 13): per-lease top-K for /debug/leases
 	if d.Verdict != policy.Allow {
 		obj := preq.New
 		if obj == nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -83,8 +84,10 @@ func Run(ctx context.Context, o Options) error {
 		KeyName:  keyName,
 		TLSOpts:  tlsOpts,
 	})
+	leaseStats := leasestats.New(0, 0) // issue 13: heaviest leases and writers, served at /debug/leases
 	srv.Register(admission.ValidatePath, &cradmission.Webhook{Handler: &admission.Validator{
 		Policies: store, Metrics: rec, Log: log.WithName("validate"),
+		LeaseStats: leaseStats, // issue 13
 	}})
 	srv.Register(admission.MutatePath, &cradmission.Webhook{Handler: &admission.Designator{
 		Policies: store, Metrics: rec, Log: log.WithName("designate"),
@@ -101,6 +104,7 @@ func Run(ctx context.Context, o Options) error {
 		gatherers := prometheus.Gatherers{reg, ctrlmetrics.Registry}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: promLogger{log}}))
+		mux.Handle(leasestats.Path, leaseStats) // issue 13
 		g.Go(func() error { return serveHTTP(ctx, o.MetricsBindAddress, mux) })
 	}
 	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
