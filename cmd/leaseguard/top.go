@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -73,57 +74,87 @@ exits.`,
 	return cmd
 }
 
-func runTop(cmd *cobra.Command, o *topOptions) error {
-	format, err := topui.ParseFormat(o.output)
-	if err != nil {
-		return err
+// topSettings are the checked flags.
+type topSettings struct {
+	format    topui.Format
+	sort      leasetraffic.SortKey
+	resources []policy.Resource
+	projector leasetraffic.Projector
+}
+
+func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
+	s := &topSettings{}
+	var err error
+	if s.format, err = topui.ParseFormat(o.output); err != nil {
+		return nil, err
 	}
-	sortKey, err := leasetraffic.ParseSortKey(o.sort)
-	if err != nil {
-		return err
+	if s.sort, err = leasetraffic.ParseSortKey(o.sort); err != nil {
+		return nil, err
 	}
-	var resources []policy.Resource
 	switch o.resource {
 	case "all", "":
 	case "leases", "lease":
-		resources = []policy.Resource{policy.Leases}
+		s.resources = []policy.Resource{policy.Leases}
 	case "multiclusterleases", "multiclusterlease", "mcl":
-		resources = []policy.Resource{policy.MultiClusterLeases}
+		s.resources = []policy.Resource{policy.MultiClusterLeases}
 	default:
-		return fmt.Errorf("--resource %q: want leases, multiclusterleases or all", o.resource)
+		return nil, fmt.Errorf("--resource %q: want leases, multiclusterleases or all", o.resource)
 	}
 	if o.window < time.Second {
-		return fmt.Errorf("--window %s: want at least 1s", o.window)
+		return nil, fmt.Errorf("--window %s: want at least 1s", o.window)
+	}
+	if o.interval <= 0 {
+		return nil, fmt.Errorf("--interval %s: want a positive duration", o.interval)
+	}
+	if o.limit < 0 {
+		return nil, fmt.Errorf("--limit %d: want 0 (all) or more", o.limit)
 	}
 	if o.allNamespaces && cmd.Flags().Changed("namespace") {
-		return errors.New("-A and -n are exclusive: -A watches every namespace")
+		return nil, errors.New("-A and -n are exclusive: -A watches every namespace")
 	}
-	var projector leasetraffic.Projector
 	if o.policyPath != "" {
 		p, _, err := policyfile.Load(o.policyPath, policy.CompileOptions{OwnNamespace: o.ownNamespace})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		projector = &leaseprojection.Projector{Policy: p, OwnNamespace: o.ownNamespace}
+		s.projector = &leaseprojection.Projector{Policy: p, OwnNamespace: o.ownNamespace}
 	}
+	return s, nil
+}
 
+// clientConfig loads the kubeconfig as kubectl does and returns the
+// namespace to watch ("" for all).
+func (o *topOptions) clientConfig() (*rest.Config, string, error) {
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
 		&clientcmd.ConfigOverrides{CurrentContext: o.context})
 	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "leaseguard-top/" + version
+	if o.allNamespaces {
+		return cfg, "", nil
+	}
 	namespace := o.namespace
-	if !o.allNamespaces && namespace == "" {
+	if namespace == "" {
 		if namespace, _, err = loader.Namespace(); err != nil {
-			return fmt.Errorf("kubeconfig: %w", err)
+			return nil, "", fmt.Errorf("kubeconfig: %w", err)
 		}
 	}
-	if o.allNamespaces {
-		namespace = ""
+	return cfg, namespace, nil
+}
+
+func runTop(cmd *cobra.Command, o *topOptions) error {
+	s, err := o.check(cmd)
+	if err != nil {
+		return err
 	}
+	cfg, namespace, err := o.clientConfig()
+	if err != nil {
+		return err
+	}
+	format, sortKey, resources, projector := s.format, s.sort, s.resources, s.projector
 
 	interactive := !o.once && format != topui.JSON && format != topui.YAML && isTerminal(cmd.OutOrStdout())
 	if interactive {

@@ -2,6 +2,7 @@ package leasetraffic
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -254,6 +255,9 @@ func (a *Aggregator) Report(now time.Time, o ReportOptions) *Report {
 	return r
 }
 
+// roundTo rounds to 1/unit: rates to 4 decimals, intervals to milliseconds.
+func roundTo(v, unit float64) float64 { return math.Round(v*unit) / unit }
+
 func (t *Totals) addLease(l *LeaseTraffic) {
 	t.Leases++
 	t.WritesPerSecond += l.WritesPerSecond
@@ -328,15 +332,22 @@ func (a *Aggregator) leaseTraffic(k Key, l *lease, now time.Time, since int64, o
 	case observed > 0:
 		lt.WritesPerSecond = float64(lt.Writes) / observed.Seconds()
 	}
+	lt.WritesPerSecond = roundTo(lt.WritesPerSecond, 1e4)
 	if gaps > 0 {
-		lt.RenewIntervalSeconds = float64(gapSum) / float64(gaps) / 1000
+		lt.RenewIntervalSeconds = roundTo(float64(gapSum)/float64(gaps)/1000, 1e3)
 	}
 	for i := 0; i <= MaxWriters; i++ {
 		if writerCounts[i] > 0 {
 			lt.Writers = append(lt.Writers, Writer{Manager: l.writers[i].manager, Subresource: l.writers[i].subresource, Writes: writerCounts[i]})
 		}
 	}
-	sort.Slice(lt.Writers, func(i, j int) bool { return lt.Writers[i].Writes > lt.Writers[j].Writes })
+	sort.Slice(lt.Writers, func(i, j int) bool {
+		a, b := &lt.Writers[i], &lt.Writers[j]
+		if a.Writes != b.Writes {
+			return a.Writes > b.Writes
+		}
+		return a.Manager+"/"+a.Subresource < b.Manager+"/"+b.Subresource
+	})
 	lt.Contested, lt.ContestedReason = contested(&lt, backwards)
 	if a.projector != nil {
 		lt.Projected = &effects

@@ -62,11 +62,10 @@ func Write(w io.Writer, r *leasetraffic.Report, f Format) error {
 // Status is the extra header line of the terminal UI and of a plain report:
 // what is watched and the last watch error.
 type Status struct {
-	Sort     string
-	Filter   string
-	Skipped  []string
-	LastErr  string
-	Controls string
+	Sort    string
+	Filter  string
+	Skipped []string
+	LastErr string
 }
 
 // Lines renders a report as text lines: a summary, the namespaces, the
@@ -82,7 +81,7 @@ func Lines(r *leasetraffic.Report, wide bool, st *Status) []string {
 		head += "  " + st.Filter
 	}
 	lines = append(lines, head)
-	lines = append(lines, "cluster: "+totals(&r.Cluster.Leases, &r.Cluster))
+	lines = append(lines, "cluster: "+totals(&r.Cluster))
 	if st != nil {
 		for _, s := range st.Skipped {
 			lines = append(lines, "not watched: "+s)
@@ -103,8 +102,8 @@ func Lines(r *leasetraffic.Report, wide bool, st *Status) []string {
 	return lines
 }
 
-func totals(n *int, t *leasetraffic.Totals) string {
-	s := fmt.Sprintf("%d leases, %s writes/s, %d writes, %d contested", *n, rate(t.WritesPerSecond), t.Writes, t.Contested)
+func totals(t *leasetraffic.Totals) string {
+	s := fmt.Sprintf("%d leases, %s writes/s, %d writes, %d contested", t.Leases, rate(t.WritesPerSecond), t.Writes, t.Contested)
 	if p := t.Projected; p != nil {
 		s += fmt.Sprintf("; policy would refuse %d, hold back %d, warn %d, audit %d of them", p.Refused, p.HeldBack, p.Warned, p.Audited)
 	}

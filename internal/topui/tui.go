@@ -43,11 +43,10 @@ func Run(ctx context.Context, src Source, o UIOptions) error {
 	if o.Output != nil {
 		opts = append(opts, tea.WithOutput(o.Output))
 	}
-	_, err := tea.NewProgram(m, opts...).Run()
-	if err != nil && ctx.Err() != nil {
-		return nil // interrupted
+	if _, err := tea.NewProgram(m, opts...).Run(); ctx.Err() == nil {
+		return err
 	}
-	return err
+	return nil // interrupted
 }
 
 type tickMsg time.Time
@@ -125,7 +124,7 @@ func (m *model) View() tea.View {
 // render lays out the summary, the namespace table (a few rows) and as much
 // of the lease table as fits, scrolled by offset.
 func (m *model) render() string {
-	st := &Status{Sort: string(orSort(m.opts.Sort)), Filter: filterText(m.opts), Controls: controls}
+	st := &Status{Sort: string(orSort(m.opts.Sort)), Filter: filterText(m.opts)}
 	if m.statusLine != nil {
 		st.Skipped, st.LastErr = m.statusLine()
 	}

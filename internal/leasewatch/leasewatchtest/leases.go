@@ -32,7 +32,7 @@ type Leases struct {
 	nss     []string
 	// fields is a managedFields body of a realistic size (client-go's
 	// leader election writes every spec field).
-	fields []byte
+	fields string
 }
 
 // IsWatchListSemanticsUnSupported tells client-go's reflector to list and
@@ -51,7 +51,7 @@ func (l *Leases) init() {
 			l.names[i] = fmt.Sprintf("leader-%05d", i)
 			l.nss[i] = fmt.Sprintf("ns-%04d", i%l.Namespaces)
 		}
-		l.fields = []byte(`{"f:spec":{"f:acquireTime":{},"f:holderIdentity":{},"f:leaseDurationSeconds":{},"f:leaseTransitions":{},"f:renewTime":{}}}`)
+		l.fields = `{"f:spec":{"f:acquireTime":{},"f:holderIdentity":{},"f:leaseDurationSeconds":{},"f:leaseTransitions":{},"f:renewTime":{}}}`
 		l.rv = 1
 	})
 }
@@ -70,7 +70,7 @@ func (l *Leases) lease(i int, rv int64, t time.Time) *coordinationv1.Lease {
 			CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000, 0)),
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "coordination.k8s.io/v1",
-				Time: &stamp, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: l.fields},
+				Time: &stamp, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(l.fields),
 			}},
 		},
 		Spec: coordinationv1.LeaseSpec{
