@@ -20,6 +20,7 @@ import (
 	"github.com/leaseguard/leaseguard/internal/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/leasewatch"
 	"github.com/leaseguard/leaseguard/internal/topui"
+	"github.com/leaseguard/leaseguard/internal/webhookstats"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
@@ -29,6 +30,7 @@ type topOptions struct {
 	allNamespaces, once            bool
 	resource, output, sort         string
 	policyPath, ownNamespace       string
+	webhookStats                   []string
 	window, interval               time.Duration
 	limit                          int
 }
@@ -70,6 +72,7 @@ exits.`,
 	fs.IntVar(&o.limit, "limit", 0, "list at most this many leases (totals count all); 0 lists all")
 	fs.StringVar(&o.policyPath, "policy", "", "LeasePolicy file to project onto the observed writes")
 	fs.StringVar(&o.ownNamespace, "leaseguard-namespace", "leaseguard-system", "leaseguard's own namespace, for validating --policy")
+	fs.StringSliceVar(&o.webhookStats, "webhook-stats", nil, "http(s) address of a webhook replica's metrics port (repeat for each replica, e.g. through kubectl port-forward): show what the webhook judged per lease and the users behind it")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runTop(cmd, o) }
 	return cmd
 }
@@ -80,6 +83,8 @@ type topSettings struct {
 	sort      leasetraffic.SortKey
 	resources []policy.Resource
 	projector leasetraffic.Projector
+	// webhookStats are the /debug/leases URLs of the webhook replicas.
+	webhookStats []string
 }
 
 func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
@@ -111,6 +116,13 @@ func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
 	}
 	if o.allNamespaces && cmd.Flags().Changed("namespace") {
 		return nil, errors.New("-A and -n are exclusive: -A watches every namespace")
+	}
+	for _, u := range o.webhookStats {
+		parsed, err := webhookstats.ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		s.webhookStats = append(s.webhookStats, parsed)
 	}
 	if o.policyPath != "" {
 		p, _, err := policyfile.Load(o.policyPath, policy.CompileOptions{OwnNamespace: o.ownNamespace})
@@ -168,11 +180,29 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 	if err != nil {
 		return err
 	}
-	reportOpts := leasetraffic.ReportOptions{Sort: sortKey, Limit: o.limit}
 	stderr := cmd.ErrOrStderr()
-	for _, s := range status.Skipped {
-		fmt.Fprintln(stderr, "leaseguard top: not watching", s)
+	for _, skipped := range status.Skipped {
+		fmt.Fprintln(stderr, "leaseguard top: not watching", skipped)
 	}
+	var tracker *webhookstats.Tracker
+	if len(s.webhookStats) > 0 {
+		tracker = &webhookstats.Tracker{URLs: s.webhookStats, Window: o.window}
+		if err := tracker.Poll(ctx, time.Now()); err != nil {
+			return err
+		}
+		if !o.once {
+			go pollWebhookStats(ctx, tracker, max(o.interval, 2*time.Second))
+		}
+	}
+	report := func(ro leasetraffic.ReportOptions) *leasetraffic.Report {
+		if tracker != nil {
+			ro.Webhook = tracker.Traffic()
+		}
+		r := agg.Report(time.Now(), ro)
+		r.WebhookSources = s.webhookStats
+		return r
+	}
+	reportOpts := leasetraffic.ReportOptions{Sort: sortKey, Limit: o.limit}
 	switch {
 	case o.once:
 		fmt.Fprintf(stderr, "leaseguard top: watching %s %s; report in %s\n", watched(status), where(namespace), o.window)
@@ -181,26 +211,48 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 			return nil
 		case <-time.After(o.window):
 		}
-		return topui.Write(cmd.OutOrStdout(), agg.Report(time.Now(), reportOpts), format)
+		if tracker != nil {
+			if err := tracker.Poll(ctx, time.Now()); err != nil {
+				return err
+			}
+		}
+		return topui.Write(cmd.OutOrStdout(), report(reportOpts), format)
 	case interactive:
-		return topui.Run(ctx, func(ro leasetraffic.ReportOptions) *leasetraffic.Report { return agg.Report(time.Now(), ro) },
-			topui.UIOptions{
-				Report: reportOpts, Wide: format == topui.Wide, Interval: o.interval,
-				StatusLine: func() ([]string, string) {
-					msg, at := status.LastError()
-					if msg != "" && time.Since(at) < time.Minute {
-						return status.Skipped, msg
-					}
-					return status.Skipped, ""
-				},
-			})
+		return topui.Run(ctx, report, topui.UIOptions{
+			Report: reportOpts, Wide: format == topui.Wide, Interval: o.interval,
+			StatusLine: func() ([]string, string) {
+				if tracker != nil && tracker.LastError() != nil {
+					return status.Skipped, tracker.LastError().Error()
+				}
+				msg, at := status.LastError()
+				if msg != "" && time.Since(at) < time.Minute {
+					return status.Skipped, msg
+				}
+				return status.Skipped, ""
+			},
+		})
 	}
-	return streamReports(ctx, cmd.OutOrStdout(), agg, reportOpts, format, o.interval)
+	return streamReports(ctx, cmd.OutOrStdout(), report, reportOpts, format, o.interval)
+}
+
+// pollWebhookStats reads the webhook's /debug/leases until ctx ends; a
+// failed poll shows on the status line and is retried.
+func pollWebhookStats(ctx context.Context, t *webhookstats.Tracker, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = t.Poll(ctx, time.Now())
+		}
+	}
 }
 
 // streamReports prints a report every interval until interrupted, as `top
 // -b` does when the output is not a terminal.
-func streamReports(ctx context.Context, w io.Writer, agg *leasetraffic.Aggregator, ro leasetraffic.ReportOptions, f topui.Format, interval time.Duration) error {
+func streamReports(ctx context.Context, w io.Writer, report topui.Source, ro leasetraffic.ReportOptions, f topui.Format, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -209,7 +261,7 @@ func streamReports(ctx context.Context, w io.Writer, agg *leasetraffic.Aggregato
 			return nil
 		case <-t.C:
 		}
-		if err := topui.Write(w, agg.Report(time.Now(), ro), f); err != nil {
+		if err := topui.Write(w, report(ro), f); err != nil {
 			return err
 		}
 		if f == topui.Table || f == topui.Wide {

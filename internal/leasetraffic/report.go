@@ -24,6 +24,9 @@ type Report struct {
 	Leases          []LeaseTraffic    `json:"leases"`
 	// Policy is set when a policy is projected (leaseguard top --policy).
 	Policy *PolicyReport `json:"policy,omitempty"`
+	// WebhookSources are the webhook replicas whose /debug/leases filled
+	// the leases' webhook fields (leaseguard top --webhook-stats).
+	WebhookSources []string `json:"webhookSources,omitempty"`
 }
 
 // Totals sum the leases of a namespace or of the cluster, within the window.
@@ -72,9 +75,35 @@ type LeaseTraffic struct {
 	ContestedReason string   `json:"contestedReason,omitempty"`
 	// Projected is set with a policy: what it would do with these writes.
 	Projected *Effects `json:"projected,omitempty"`
+	// Webhook is what the webhook judged for this lease within the window,
+	// from its /debug/leases (leaseguard top --webhook-stats).
+	Webhook *WebhookTraffic `json:"webhook,omitempty"`
 	// RatesTruncated says the lease was written more than MaxEvents times in
 	// the window: its rate is estimated from the span of its last writes.
 	RatesTruncated bool `json:"ratesTruncated,omitempty"`
+}
+
+// WebhookTraffic is what the webhook judged for one lease within the
+// window: every request it saw (also those refused, or not stored), by
+// verdict, and the users who sent them.
+type WebhookTraffic struct {
+	Requests int64           `json:"requests"`
+	Verdicts WebhookVerdicts `json:"verdicts"`
+	Users    []UserRequests  `json:"users,omitempty"`
+}
+
+// WebhookVerdicts count requests by verdict.
+type WebhookVerdicts struct {
+	Allow int64 `json:"allow"`
+	Deny  int64 `json:"deny"`
+	Warn  int64 `json:"warn"`
+	Audit int64 `json:"audit"`
+}
+
+// UserRequests is one user's requests to a lease.
+type UserRequests struct {
+	User     string `json:"user"`
+	Requests int64  `json:"requests"`
 }
 
 // Writer is a field manager and its writes within the window.
@@ -203,6 +232,9 @@ type ReportOptions struct {
 	Sort      SortKey
 	// Limit caps the leases listed (not the totals); 0 lists all.
 	Limit int
+	// Webhook, when set, is what the webhook judged per lease within the
+	// window (webhookstats.Tracker.Traffic).
+	Webhook map[Key]*WebhookTraffic
 }
 
 // Report builds a snapshot at now.
@@ -225,7 +257,7 @@ func (a *Aggregator) Report(now time.Time, o ReportOptions) *Report {
 		if (o.Namespace != "" && k.Namespace != o.Namespace) || (o.Resource != "" && k.Resource != o.Resource) {
 			continue
 		}
-		lt := a.leaseTraffic(k, l, now, since, observed)
+		lt := a.leaseTraffic(k, l, now, since, observed, o.Webhook[k])
 		r.Leases = append(r.Leases, lt)
 		ns := byNamespace[k.Namespace]
 		if ns == nil {
@@ -273,13 +305,24 @@ func (t *Totals) addLease(l *LeaseTraffic) {
 	}
 }
 
-func (a *Aggregator) leaseTraffic(k Key, l *lease, now time.Time, since int64, observed time.Duration) LeaseTraffic {
+func (a *Aggregator) leaseTraffic(k Key, l *lease, now time.Time, since int64, observed time.Duration, wh *WebhookTraffic) LeaseTraffic {
 	lt := LeaseTraffic{
 		Resource:    string(k.Resource),
 		Namespace:   k.Namespace,
 		Name:        k.Name,
 		Holder:      l.obj.Spec.Holder,
 		Transitions: l.transitions,
+	}
+	if wh != nil {
+		c := *wh
+		c.Users = append([]UserRequests(nil), wh.Users...)
+		sort.Slice(c.Users, func(i, j int) bool {
+			if c.Users[i].Requests != c.Users[j].Requests {
+				return c.Users[i].Requests > c.Users[j].Requests
+			}
+			return c.Users[i].User < c.Users[j].User
+		})
+		lt.Webhook = &c
 	}
 	if l.obj.HasDesignation {
 		lt.DesignatedManager = l.obj.Designated
@@ -356,8 +399,8 @@ func (a *Aggregator) leaseTraffic(k Key, l *lease, now time.Time, since int64, o
 }
 
 // contested tells whether more than one party writes the lease: several
-// spec writers, a holder change, or a renewTime that went backwards (two
-// clocks writing).
+// spec writers, several users sending the webhook requests, a holder
+// change, or a renewTime that went backwards (two clocks writing).
 func contested(lt *LeaseTraffic, backwards int) (bool, string) {
 	var reasons []string
 	specWriters := 0
@@ -368,6 +411,9 @@ func contested(lt *LeaseTraffic, backwards int) (bool, string) {
 	}
 	if specWriters > 1 {
 		reasons = append(reasons, fmt.Sprintf("%d writers", specWriters))
+	}
+	if lt.Webhook != nil && len(lt.Webhook.Users) > 1 {
+		reasons = append(reasons, fmt.Sprintf("%d users (webhook)", len(lt.Webhook.Users)))
 	}
 	if lt.HolderChanges > 0 {
 		reasons = append(reasons, fmt.Sprintf("%d holder changes", lt.HolderChanges))

@@ -131,6 +131,10 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 	if wide {
 		header = append(header[:4], append([]string{"DESIGNATED"}, header[4:]...)...)
 	}
+	webhook := len(r.WebhookSources) > 0
+	if webhook {
+		header = append(header, "USERS", "WEBHOOK")
+	}
 	if r.Policy != nil {
 		header = append(header, "POLICY")
 	}
@@ -150,6 +154,9 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 			renew = seconds(l.RenewIntervalSeconds)
 		}
 		row = append(row, rate(l.WritesPerSecond), renew, strconv.Itoa(int(l.Transitions)), expires(l.ExpiresInSeconds), writers(l.Writers, wide), contestedCell(l, wide))
+		if webhook {
+			row = append(row, users(l.Webhook, wide), verdicts(l.Webhook))
+		}
 		if r.Policy != nil {
 			row = append(row, effects(l.Projected))
 		}
@@ -217,6 +224,39 @@ func writers(ws []leasetraffic.Writer, wide bool) string {
 			name += "/" + w.Subresource
 		}
 		parts[i] = name + "×" + strconv.Itoa(w.Writes)
+	}
+	return strings.Join(parts, ",")
+}
+
+// users lists the users behind a lease's webhook requests (their count
+// when not wide); service accounts are shortened to sa:<namespace>:<name>.
+func users(w *leasetraffic.WebhookTraffic, wide bool) string {
+	if w == nil || len(w.Users) == 0 {
+		return "-"
+	}
+	if !wide {
+		return strconv.Itoa(len(w.Users))
+	}
+	parts := make([]string, len(w.Users))
+	for i, u := range w.Users {
+		parts[i] = strings.Replace(u.User, "system:serviceaccount:", "sa:", 1) + "×" + strconv.FormatInt(u.Requests, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// verdicts summarises what the webhook decided for a lease's requests.
+func verdicts(w *leasetraffic.WebhookTraffic) string {
+	if w == nil {
+		return "-"
+	}
+	var parts []string
+	for _, v := range []struct {
+		n    int64
+		what string
+	}{{w.Verdicts.Allow, "allow"}, {w.Verdicts.Deny, "deny"}, {w.Verdicts.Warn, "warn"}, {w.Verdicts.Audit, "audit"}} {
+		if v.n > 0 {
+			parts = append(parts, v.what+" "+strconv.FormatInt(v.n, 10))
+		}
 	}
 	return strings.Join(parts, ",")
 }

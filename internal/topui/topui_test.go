@@ -61,6 +61,19 @@ func TestWriteFormats(t *testing.T) {
 	if !strings.Contains(wide.String(), "m1×1,m2×1") || !strings.Contains(wide.String(), "yes: 2 writers") {
 		t.Errorf("wide lacks the writers and the reason:\n%s", wide.String())
 	}
+	wh, _ := source(3)
+	withWebhook := wh(leasetraffic.ReportOptions{Webhook: map[leasetraffic.Key]*leasetraffic.WebhookTraffic{
+		{Resource: policy.MultiClusterLeases, Namespace: "team-a", Name: "shared"}: {Requests: 5, Verdicts: leasetraffic.WebhookVerdicts{Allow: 3, Deny: 2},
+			Users: []leasetraffic.UserRequests{{User: "system:serviceaccount:a:x", Requests: 3}, {User: "system:serviceaccount:a:y", Requests: 2}}},
+	}})
+	withWebhook.WebhookSources = []string{"http://127.0.0.1:8080/debug/leases"}
+	var webhookWide bytes.Buffer
+	if err := Write(&webhookWide, withWebhook, Wide); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(webhookWide.String(), "sa:a:x×3,sa:a:y×2  allow 3,deny 2") || !strings.Contains(webhookWide.String(), "2 writers, 2 users (webhook)") {
+		t.Errorf("wide lacks the webhook's users and verdicts:\n%s", webhookWide.String())
+	}
 	var back leasetraffic.Report
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil || back.Cluster.Leases != 4 || back.Leases[0].Name != "shared" {
 		t.Errorf("JSON does not round-trip (%v): %s", err, js.String())

@@ -397,21 +397,22 @@ func TestTopReportsRatesHoldersAndWriters(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second) // steady state
 
-	r := runTop(t, "-n", topRateNS, "--window", "30s")()
+	r := runTop(t, "-n", topRateNS, "--window", "30s", "--webhook-stats", strings.TrimSuffix(guard.MetricsURL, "/metrics"))()
 	if r.ObservedSeconds != 30 {
 		t.Fatalf("observed %vs, want the 30s window", r.ObservedSeconds)
 	}
 	from := r.Time.Add(-30 * time.Second)
+	const kccManager = "system:serviceaccount:cnrm-system:cnrm-controller-manager-"
 	cases := []struct {
 		name, holder, designated string
 		period                   time.Duration
-		writers                  []string
+		writers, users           []string
 		contested                bool
 	}{
-		{"leader-a", holderA, "", 2 * time.Second, []string{"elector-a"}, false},
-		{"leader-b", holderB, "", time.Second, []string{"elector-b"}, false},
-		{"kcc-leader", "cluster-a", "system:serviceaccount:cnrm-system:cnrm-controller-manager-a", 2 * time.Second, []string{"cnrm-manager-a"}, false},
-		{"shared", "cluster-a", "", time.Second, []string{"cnrm-manager-a", "cnrm-manager-b"}, true},
+		{"leader-a", holderA, "", 2 * time.Second, []string{"elector-a"}, []string{"system:serviceaccount:it-top:manager-a"}, false},
+		{"leader-b", holderB, "", time.Second, []string{"elector-b"}, []string{"system:serviceaccount:it-top:manager-b"}, false},
+		{"kcc-leader", "cluster-a", kccManager + "a", 2 * time.Second, []string{"cnrm-manager-a"}, []string{kccManager + "a"}, false},
+		{"shared", "cluster-a", "", time.Second, []string{"cnrm-manager-a", "cnrm-manager-b"}, []string{kccManager + "a", kccManager + "b"}, true},
 	}
 	for _, tc := range cases {
 		l := reportLease(t, r, topRateNS, tc.name)
@@ -434,6 +435,21 @@ func TestTopReportsRatesHoldersAndWriters(t *testing.T) {
 		if l.Holder != tc.holder || l.DesignatedManager != tc.designated || fmt.Sprint(writers) != fmt.Sprint(tc.writers) || l.Contested != tc.contested {
 			t.Errorf("%s: holder %q designated %q writers %v contested %v (%s); want %q %q %v %v",
 				tc.name, l.Holder, l.DesignatedManager, writers, l.Contested, l.ContestedReason, tc.holder, tc.designated, tc.writers, tc.contested)
+		}
+		// The webhook's side (--webhook-stats): the users behind the same
+		// writes, every one judged (audit) within the window.
+		if l.Webhook == nil {
+			t.Errorf("%s: no webhook traffic", tc.name)
+		} else {
+			var users []string
+			for _, u := range l.Webhook.Users {
+				users = append(users, u.User)
+			}
+			sort.Strings(users)
+			if fmt.Sprint(users) != fmt.Sprint(tc.users) || math.Abs(float64(l.Webhook.Requests-int64(l.Writes))) > 2 ||
+				l.Webhook.Verdicts.Audit < int64(l.Writes)-2 || l.Webhook.Verdicts.Deny != 0 {
+				t.Errorf("%s: webhook %+v for %d writes, want users %v", tc.name, *l.Webhook, l.Writes, tc.users)
+			}
 		}
 		if l.ExpiresInSeconds < 5 || l.ExpiresInSeconds > 15 {
 			t.Errorf("%s: expires in %.1fs, want within its 15s lease duration", tc.name, l.ExpiresInSeconds)
