@@ -132,8 +132,11 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 		header = append(header[:4], append([]string{"DESIGNATED"}, header[4:]...)...)
 	}
 	webhook := len(r.WebhookSources) > 0
-	if webhook {
+	switch {
+	case webhook && wide:
 		header = append(header, "USERS", "WEBHOOK")
+	case webhook:
+		header = append(header, "WEBHOOK")
 	}
 	if r.Policy != nil {
 		header = append(header, "POLICY")
@@ -141,11 +144,11 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 	rows := [][]string{header}
 	for i := range r.Leases {
 		l := &r.Leases[i]
-		holder, designated := l.Holder, l.DesignatedManager
+		name, holder, designated := l.Name, l.Holder, l.DesignatedManager
 		if !wide {
-			holder = clip(holder, 32)
+			name, holder = clip(name, 32), clip(holder, 24)
 		}
-		row := []string{l.Namespace, l.Name, kind(l.Resource), orDash(holder)}
+		row := []string{l.Namespace, name, kind(l.Resource), orDash(holder)}
 		if wide {
 			row = append(row, orDash(designated))
 		}
@@ -154,8 +157,13 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 			renew = seconds(l.RenewIntervalSeconds)
 		}
 		row = append(row, rate(l.WritesPerSecond), renew, strconv.Itoa(int(l.Transitions)), expires(l.ExpiresInSeconds), writers(l.Writers, wide), contestedCell(l, wide))
-		if webhook {
-			row = append(row, users(l.Webhook, wide), verdicts(l.Webhook))
+		switch {
+		case webhook && wide:
+			row = append(row, users(l.Webhook), verdicts(l.Webhook))
+		case webhook && l.Webhook != nil:
+			row = append(row, strconv.Itoa(len(l.Webhook.Users))+"u "+verdicts(l.Webhook))
+		case webhook:
+			row = append(row, "-")
 		}
 		if r.Policy != nil {
 			row = append(row, effects(l.Projected))
@@ -228,14 +236,11 @@ func writers(ws []leasetraffic.Writer, wide bool) string {
 	return strings.Join(parts, ",")
 }
 
-// users lists the users behind a lease's webhook requests (their count
-// when not wide); service accounts are shortened to sa:<namespace>:<name>.
-func users(w *leasetraffic.WebhookTraffic, wide bool) string {
+// users lists the users behind a lease's webhook requests; service
+// accounts are shortened to sa:<namespace>:<name>.
+func users(w *leasetraffic.WebhookTraffic) string {
 	if w == nil || len(w.Users) == 0 {
 		return "-"
-	}
-	if !wide {
-		return strconv.Itoa(len(w.Users))
 	}
 	parts := make([]string, len(w.Users))
 	for i, u := range w.Users {
