@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,10 +68,16 @@ const (
 var topRuleNames = []string{"top-electors", "top-mcl-shared", "top-mcl"}
 
 // truth records the writes a client got acknowledged, with its own clock.
+// Freezing it stops every client from sending anything more, without
+// cancelling a request in flight (which the API server might judge and
+// then not store).
 type truth struct {
 	mu     sync.Mutex
 	writes map[string][]time.Time // by namespace/name
+	frozen atomic.Bool
 }
+
+var errFrozen = errors.New("the test stopped writing")
 
 func (tr *truth) record(key string) {
 	tr.mu.Lock()
@@ -101,7 +109,17 @@ type countingLock struct {
 	truth *truth
 }
 
+func (c *countingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	if c.truth.frozen.Load() {
+		return nil, nil, errFrozen
+	}
+	return c.Interface.Get(ctx)
+}
+
 func (c *countingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if c.truth.frozen.Load() {
+		return errFrozen
+	}
 	err := c.Interface.Create(ctx, ler)
 	if err == nil {
 		c.truth.record(c.key)
@@ -110,6 +128,9 @@ func (c *countingLock) Create(ctx context.Context, ler resourcelock.LeaderElecti
 }
 
 func (c *countingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if c.truth.frozen.Load() {
+		return errFrozen
+	}
 	err := c.Interface.Update(ctx, ler)
 	if err == nil {
 		c.truth.record(c.key)
@@ -181,11 +202,18 @@ func topCandidate(ctx context.Context, t *testing.T, ns, name, id string, create
 			return
 		case <-tick.C:
 		}
-		if _, err := res.Patch(ctx, name, types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{FieldManager: "cnrm-manager-" + id}); err == nil {
-			tr.record(key)
-		} else if ctx.Err() == nil {
-			t.Errorf("candidate %s patching %s: %v", id, key, err)
+		if tr.frozen.Load() {
+			continue
 		}
+		// Not cancelled with ctx: a patch is sent whole or not at all.
+		reqCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := res.Patch(reqCtx, name, types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{FieldManager: "cnrm-manager-" + id})
+		cancel()
+		if err != nil {
+			t.Errorf("candidate %s patching %s: %v", id, key, err)
+			continue
+		}
+		tr.record(key)
 	}
 }
 
@@ -309,6 +337,7 @@ func TestTopPolicyProjectionMatchesTheWebhook(t *testing.T) {
 	tr := &truth{writes: map[string][]time.Time{}}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
 	_, startedA := topElector(ctx, t, topProjNS, "a", 2*time.Second, tr)
 	_, startedB := topElector(ctx, t, topProjNS, "b", time.Second, tr)
 	wg.Add(3)
@@ -326,9 +355,8 @@ func TestTopPolicyProjectionMatchesTheWebhook(t *testing.T) {
 		}
 	}
 	time.Sleep(12 * time.Second)
-	stop()
-	wg.Wait()
-	time.Sleep(2 * time.Second) // in-flight renewals land
+	tr.frozen.Store(true)
+	time.Sleep(2 * time.Second) // the requests in flight land
 	after := decisionsByRule(t)
 	r := report()
 
@@ -421,7 +449,9 @@ func TestTopReportsRatesHoldersAndWriters(t *testing.T) {
 		if math.Abs(l.WritesPerSecond-truthRate) > 0.1*truthRate {
 			t.Errorf("%s: %.3f writes/s, the clients wrote %.3f/s (%d writes in 30s)", tc.name, l.WritesPerSecond, truthRate, n)
 		}
-		if nominal := 1 / tc.period.Seconds(); math.Abs(l.WritesPerSecond-nominal) > 0.1*nominal {
+		// A sanity check that the clients ran at their known rates (a
+		// loaded machine stretches the electors' periods by their latency).
+		if nominal := 1 / tc.period.Seconds(); math.Abs(l.WritesPerSecond-nominal) > 0.25*nominal {
 			t.Errorf("%s: %.3f writes/s, nominal %.3f/s", tc.name, l.WritesPerSecond, nominal)
 		}
 		if math.Abs(l.RenewIntervalSeconds-interval.Seconds()) > 0.1*interval.Seconds() {
