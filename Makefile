@@ -167,6 +167,24 @@ test-e2e-kind: ## kind cluster + image + cert-manager + leaseguard (config/e2e),
 	$(KIND) get kubeconfig --name $(KIND_CLUSTER) > bin/kind-$(KIND_CLUSTER).kubeconfig
 	E2E_KUBECONFIG=$(CURDIR)/bin/kind-$(KIND_CLUSTER).kubeconfig KUBECTL=$(KUBECTL) go test -count=1 -v ./test/e2e/ -ginkgo.v
 
+##@ leaseguard top (docs/top.md)
+
+.PHONY: bench-top
+bench-top: ## Benchmarks of leaseguard top's aggregation and informer path, and of the webhook's /debug/leases sketch.
+	@mkdir -p bin
+	go test -run='^$$' -bench='Observe|Report|InformerEvent' -benchmem -count=10 ./internal/leasetraffic ./internal/leasewatch ./webhook/leasestats | tee bin/bench-top.txt
+	$(BENCHSTAT) -col /sink -filter '.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
+	$(BENCHSTAT) -filter '-.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
+
+.PHONY: top-load-synthetic
+top-load-synthetic: ## leaseguard top's client side at 10,000 leases every 2s from a synthetic source, beside a bare informer (about 7 minutes).
+	cd test/perf && go run ./topload --mode=synthetic
+
+TOP_LOAD_LEASES ?= 2000
+.PHONY: top-load-apiserver
+top-load-apiserver: controlplane ## The real `leaseguard top` binary against a real API server, TOP_LOAD_LEASES leases every 2s.
+	cd test/perf && go run ./topload --mode=apiserver --leases=$(TOP_LOAD_LEASES) --writers=$$(( $(TOP_LOAD_LEASES) / 20 ))
+
 .PHONY: help
 help:
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "%-14s %s\n", $$1, $$2}'

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,6 +113,8 @@ type ControlPlane struct {
 	WebhookPort    int
 	WebhookCertDir string
 	KubectlPath    string
+	// caData is the caller's CA, when it brought one.
+	caData []byte
 }
 
 // Start starts etcd and kube-apiserver, installs the MultiClusterLease CRD
@@ -180,6 +184,7 @@ func Start(o Options) (*ControlPlane, error) {
 		WebhookCertDir: env.WebhookInstallOptions.LocalServingCertDir,
 		KubectlPath:    filepath.Join(assets, "kubectl"),
 	}
+	c.caData = o.WebhookCAData
 	if len(o.WebhookCAData) > 0 {
 		// envtest always makes its own CA; trust the caller's instead.
 		if err := SetCABundle(context.Background(), cfg, o.WebhookCAData); err != nil {
@@ -214,6 +219,61 @@ func renderPolicy(o Options) (*manifests.Rendered, error) {
 		return nil, fmt.Errorf("policy %s: %w", o.Policy, err)
 	}
 	return manifests.Render(p, mo)
+}
+
+// InstallAdmission renders the admission configuration of the policy file
+// at path and puts it in place of what is installed, as `make manifests` and
+// an apply do in a cluster: after a change to the rules' selection, the
+// webhooks must be told which writes to send.
+func (c *ControlPlane) InstallAdmission(ctx context.Context, path string, mo manifests.Options) error {
+	url := "https://" + net.JoinHostPort(c.WebhookHost, strconv.Itoa(c.WebhookPort))
+	ca := c.caData
+	if len(ca) == 0 {
+		ca = c.CAData()
+	}
+	def := manifests.Defaults()
+	mo.Namespace, mo.ServiceName, mo.Prefix, mo.URL, mo.CABundle = def.Namespace, "", def.Prefix, url, ca
+	if mo.Coalescing == "" {
+		mo.Coalescing = def.Coalescing
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: mo.Namespace})
+	if err != nil {
+		return err
+	}
+	rendered, err := manifests.Render(p, mo)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	api := cs.AdmissionregistrationV1()
+	v := rendered.Validating
+	if old, err := api.ValidatingWebhookConfigurations().Get(ctx, v.Name, metav1.GetOptions{}); err == nil {
+		v.ResourceVersion = old.ResourceVersion
+		_, err = api.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+	} else if _, err := api.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	mutatingName := mo.Prefix + "-mutating-webhook-configuration"
+	_ = api.MutatingWebhookConfigurations().Delete(ctx, mutatingName, metav1.DeleteOptions{})
+	if m := rendered.Mutating; m != nil {
+		if _, err := api.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	coalesce := mo.Prefix + "-coalesce-renewals"
+	_ = api.MutatingAdmissionPolicyBindings().Delete(ctx, coalesce, metav1.DeleteOptions{})
+	_ = api.MutatingAdmissionPolicies().Delete(ctx, coalesce, metav1.DeleteOptions{})
+	return InstallCoalescing(ctx, c.Config, rendered)
 }
 
 // InstallCoalescing creates the rendered MutatingAdmissionPolicy and its

@@ -4,7 +4,7 @@
 // enter the product's go.mod.
 module github.com/leaseguard/leaseguard/test/perf
 
-go 1.26.0
+go 1.26.7
 
 require (
 	github.com/go-logr/logr v1.4.3

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -36,6 +37,8 @@ type Validator struct {
 	Log      logr.Logger
 	// Now is the server clock; time.Now when nil.
 	Now func() time.Time
+	// LeaseStats counts the heaviest leases and writers (/debug/leases); nil disables it.
+	LeaseStats *leasestats.Stats
 }
 
 // Handler returns the http.Handler serving the validating webhook.
@@ -61,6 +64,7 @@ func (v *Validator) decide(r *Review) Answer {
 	}
 	d := policy.Decide(v.Policies.Policy(), req)
 	v.Metrics.Decision(req.Resource, &d, time.Since(start))
+	v.LeaseStats.ObserveRequest(req, d.Verdict) // per-lease top-K for /debug/leases
 	if d.Verdict != policy.Allow {
 		obj := req.New
 		if obj == nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -91,11 +92,13 @@ func Run(ctx context.Context, o Options) error {
 		KeyName:  keyName,
 		TLSOpts:  tlsOpts,
 	})
+	// The heaviest leases and writers, served at /debug/leases.
+	leaseStats := leasestats.New(0, 0)
 	srv.Register(admission.ValidatePath, (&admission.Validator{
-		Policies: store, Metrics: rec, Log: log.WithName("validate"),
+		Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
 	}).Handler())
 	srv.Register(admission.RenewalsPath, (&admission.Validator{
-		OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"),
+		OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
 	}).Handler())
 	srv.Register(admission.MutatePath, (&admission.Designator{
 		Policies: store, Metrics: rec, Log: log.WithName("designate"),
@@ -112,6 +115,7 @@ func Run(ctx context.Context, o Options) error {
 		gatherers := prometheus.Gatherers{reg, ctrlmetrics.Registry}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: promLogger{log}}))
+		mux.Handle(leasestats.Path, leaseStats)
 		g.Go(func() error { return serveHTTP(ctx, o.MetricsBindAddress, mux) })
 	}
 	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/leaseguard/leaseguard/internal/leaseprojection"
+	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/leasewatch"
+	"github.com/leaseguard/leaseguard/internal/topui"
+	"github.com/leaseguard/leaseguard/internal/webhookstats"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+type topOptions struct {
+	kubeconfig, context, namespace string
+	allNamespaces, once            bool
+	resource, output, sort         string
+	policyPath, ownNamespace       string
+	webhookStats                   []string
+	window, interval               time.Duration
+	limit                          int
+}
+
+func newTopCommand() *cobra.Command {
+	o := &topOptions{}
+	cmd := &cobra.Command{
+		Use:   "top [-A | -n NAMESPACE] [--once -o table|wide|json|yaml] [--policy policy.yaml]",
+		Short: "Show live lease traffic per lease, writer and namespace (read-only)",
+		Long: `top watches Leases and MultiClusterLeases (one watch per resource) and shows,
+refreshed live, for every lease: holder, designated manager, writes per
+second over a sliding window, the observed renew interval, transitions, time
+to expiry, the field managers that wrote it and whether it is contested;
+with totals per namespace and for the cluster. It works with or without the
+webhook installed and needs only list and watch on the leases.
+
+--policy projects a LeasePolicy onto the observed writes with the webhook's
+decision core: what it would refuse (403), hold back (429) or warn about. A
+watcher does not see who wrote, so each write is judged as if written by the
+writer the rule admits; fencing, renewal rate and renewTime are judged,
+identity invariants are assumed kept (docs/top.md).
+
+On a terminal it runs a live UI (q quits); otherwise, or with --once, it
+prints plain reports. --once watches for --window, prints one report and
+exits.`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&o.context, "context", "", "the kubeconfig context to use")
+	fs.StringVarP(&o.namespace, "namespace", "n", "", "watch only this namespace (default: the context's namespace)")
+	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "watch every namespace")
+	fs.StringVar(&o.resource, "resource", "all", "leases, multiclusterleases or all")
+	fs.BoolVar(&o.once, "once", false, "watch for --window, print one report and exit")
+	fs.StringVarP(&o.output, "output", "o", "table", "table, wide, json or yaml")
+	fs.DurationVar(&o.window, "window", 30*time.Second, "sliding window of the rates (and how long --once watches)")
+	fs.DurationVar(&o.interval, "interval", time.Second, "refresh interval of the live view")
+	fs.StringVar(&o.sort, "sort", string(leasetraffic.SortRate), "order of the leases: rate, name, expiry, writers, interval or projected")
+	fs.IntVar(&o.limit, "limit", 0, "list at most this many leases (totals count all); 0 lists all")
+	fs.StringVar(&o.policyPath, "policy", "", "LeasePolicy file to project onto the observed writes")
+	fs.StringVar(&o.ownNamespace, "leaseguard-namespace", "leaseguard-system", "leaseguard's own namespace, for validating --policy")
+	fs.StringSliceVar(&o.webhookStats, "webhook-stats", nil, "http(s) address of a webhook replica's metrics port (repeat for each replica, e.g. through kubectl port-forward): show what the webhook judged per lease and the users behind it")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runTop(cmd, o) }
+	return cmd
+}
+
+// topSettings are the checked flags.
+type topSettings struct {
+	format    topui.Format
+	sort      leasetraffic.SortKey
+	resources []policy.Resource
+	projector leasetraffic.Projector
+	// webhookStats are the /debug/leases URLs of the webhook replicas.
+	webhookStats []string
+}
+
+func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
+	s := &topSettings{}
+	var err error
+	if s.format, err = topui.ParseFormat(o.output); err != nil {
+		return nil, err
+	}
+	if s.sort, err = leasetraffic.ParseSortKey(o.sort); err != nil {
+		return nil, err
+	}
+	switch o.resource {
+	case "all", "":
+	case "leases", "lease":
+		s.resources = []policy.Resource{policy.Leases}
+	case "multiclusterleases", "multiclusterlease", "mcl":
+		s.resources = []policy.Resource{policy.MultiClusterLeases}
+	default:
+		return nil, fmt.Errorf("--resource %q: want leases, multiclusterleases or all", o.resource)
+	}
+	if o.window < time.Second {
+		return nil, fmt.Errorf("--window %s: want at least 1s", o.window)
+	}
+	if o.interval <= 0 {
+		return nil, fmt.Errorf("--interval %s: want a positive duration", o.interval)
+	}
+	if o.limit < 0 {
+		return nil, fmt.Errorf("--limit %d: want 0 (all) or more", o.limit)
+	}
+	if o.allNamespaces && cmd.Flags().Changed("namespace") {
+		return nil, errors.New("-A and -n are exclusive: -A watches every namespace")
+	}
+	for _, u := range o.webhookStats {
+		parsed, err := webhookstats.ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		s.webhookStats = append(s.webhookStats, parsed)
+	}
+	if o.policyPath != "" {
+		p, _, err := policyfile.Load(o.policyPath, policy.CompileOptions{OwnNamespace: o.ownNamespace})
+		if err != nil {
+			return nil, err
+		}
+		s.projector = &leaseprojection.Projector{Policy: p, OwnNamespace: o.ownNamespace}
+	}
+	return s, nil
+}
+
+// clientConfig loads the kubeconfig as kubectl does and returns the
+// namespace to watch ("" for all).
+func (o *topOptions) clientConfig() (*rest.Config, string, error) {
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{CurrentContext: o.context})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "leaseguard-top/" + version
+	if o.allNamespaces {
+		return cfg, "", nil
+	}
+	namespace := o.namespace
+	if namespace == "" {
+		if namespace, _, err = loader.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	return cfg, namespace, nil
+}
+
+func runTop(cmd *cobra.Command, o *topOptions) error {
+	s, err := o.check(cmd)
+	if err != nil {
+		return err
+	}
+	cfg, namespace, err := o.clientConfig()
+	if err != nil {
+		return err
+	}
+	format, sortKey, resources, projector := s.format, s.sort, s.resources, s.projector
+
+	interactive := !o.once && format != topui.JSON && format != topui.YAML && isTerminal(cmd.OutOrStdout())
+	if interactive {
+		// client-go logs watch errors through klog; on a full-screen UI they
+		// would tear the screen, so they go to the status line instead.
+		klog.SetLogger(logr.Discard())
+	}
+	ctx := ctrl.SetupSignalHandler()
+	agg := leasetraffic.New(leasetraffic.Options{Window: o.window, Projector: projector})
+	status, err := leasewatch.Start(ctx, leasewatch.Options{Config: cfg, Namespace: namespace, Resources: resources}, agg)
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	for _, skipped := range status.Skipped {
+		fmt.Fprintln(stderr, "leaseguard top: not watching", skipped)
+	}
+	var tracker *webhookstats.Tracker
+	if len(s.webhookStats) > 0 {
+		tracker = &webhookstats.Tracker{URLs: s.webhookStats, Window: o.window}
+		if err := tracker.Poll(ctx, time.Now()); err != nil {
+			return err
+		}
+		if !o.once {
+			go pollWebhookStats(ctx, tracker, max(o.interval, 2*time.Second))
+		}
+	}
+	report := func(ro leasetraffic.ReportOptions) *leasetraffic.Report {
+		if tracker != nil {
+			ro.Webhook = tracker.Traffic()
+		}
+		r := agg.Report(time.Now(), ro)
+		r.WebhookSources = s.webhookStats
+		return r
+	}
+	reportOpts := leasetraffic.ReportOptions{Sort: sortKey, Limit: o.limit}
+	switch {
+	case o.once:
+		fmt.Fprintf(stderr, "leaseguard top: watching %s %s; report in %s\n", watched(status), where(namespace), o.window)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(o.window):
+		}
+		if tracker != nil {
+			if err := tracker.Poll(ctx, time.Now()); err != nil {
+				return err
+			}
+		}
+		return topui.Write(cmd.OutOrStdout(), report(reportOpts), format)
+	case interactive:
+		return topui.Run(ctx, report, topui.UIOptions{
+			Report: reportOpts, Wide: format == topui.Wide, Interval: o.interval,
+			StatusLine: func() ([]string, string) {
+				if tracker != nil && tracker.LastError() != nil {
+					return status.Skipped, tracker.LastError().Error()
+				}
+				msg, at := status.LastError()
+				if msg != "" && time.Since(at) < time.Minute {
+					return status.Skipped, msg
+				}
+				return status.Skipped, ""
+			},
+		})
+	}
+	return streamReports(ctx, cmd.OutOrStdout(), report, reportOpts, format, o.interval)
+}
+
+// pollWebhookStats reads the webhook's /debug/leases until ctx ends; a
+// failed poll shows on the status line and is retried.
+func pollWebhookStats(ctx context.Context, t *webhookstats.Tracker, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = t.Poll(ctx, time.Now())
+		}
+	}
+}
+
+// streamReports prints a report every interval until interrupted, as `top
+// -b` does when the output is not a terminal.
+func streamReports(ctx context.Context, w io.Writer, report topui.Source, ro leasetraffic.ReportOptions, f topui.Format, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := topui.Write(w, report(ro), f); err != nil {
+			return err
+		}
+		if f == topui.Table || f == topui.Wide {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func watched(st *leasewatch.Status) string {
+	s := ""
+	for i, r := range st.Watching {
+		if i > 0 {
+			s += " and "
+		}
+		s += string(r)
+	}
+	return s
+}
+
+func where(namespace string) string {
+	if namespace == "" {
+		return "in all namespaces"
+	}
+	return "in namespace " + namespace
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

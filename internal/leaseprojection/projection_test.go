@@ -1,0 +1,69 @@
+package leaseprojection
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+const kcc = "system:serviceaccount:cnrm-system:cnrm-controller-manager-"
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func object(ns, name, holder string, renew time.Duration, designated string) *policy.Object {
+	o := &policy.Object{Namespace: ns, Name: name, CreationTimestamp: t0.Add(-time.Hour),
+		Spec: policy.Spec{Holder: holder, RenewTime: t0.Add(renew), LeaseDuration: 15 * time.Second}}
+	if designated != "" {
+		o.Designated, o.HasDesignation = designated, true
+	}
+	return o
+}
+
+func TestProject(t *testing.T) {
+	p, _, err := policyfile.Load("../../config/samples/policy.yaml", policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &Projector{Policy: p, OwnNamespace: "leaseguard-system"}
+	const pod = "cnrm-controller-manager-team-a-0_1"
+	cases := []struct {
+		name     string
+		res      policy.Resource
+		old, new *policy.Object
+		status   bool
+		want     leasetraffic.Projection
+	}{
+		{"bound lease renewed after 2s: warned (I6, the rule warns)", policy.Leases,
+			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""), false,
+			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Verdict: policy.Warn, Invariant: policy.InvariantRenewalRate, Basis: policy.WriterBound}},
+		{"shared lease renewed after 2s: held back (429)", policy.MultiClusterLeases,
+			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 2*time.Second, kcc+"team-a"), false,
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantRenewalRate, Code: 429, Basis: policy.WriterDesignated}},
+		{"shared lease renewed after 6s: admitted", policy.MultiClusterLeases,
+			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 6*time.Second, kcc+"team-a"), false,
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+		{"holder taken before expiry: refused (I4)", policy.MultiClusterLeases,
+			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-b", 6*time.Second, kcc+"team-a"), false,
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: policy.WriterDesignated}},
+		{"created: judged as a CREATE", policy.MultiClusterLeases, nil, object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), false,
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+		{"status write: not judged", policy.MultiClusterLeases,
+			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), true,
+			leasetraffic.Projection{}},
+		{"kube-system: never sent to the webhook", policy.Leases,
+			object("kube-system", "kube-scheduler", "x", 0, ""), object("kube-system", "kube-scheduler", "x", time.Second, ""), false,
+			leasetraffic.Projection{}},
+		{"no rule selects it", policy.Leases, object("apps", "x", "h", 0, ""), object("apps", "x", "h", time.Second, ""), false,
+			leasetraffic.Projection{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pr.Project(tc.res, tc.old, tc.new, t0.Add(tc.new.Spec.RenewTime.Sub(t0)), tc.status); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,311 @@
+// Package topui renders `leaseguard top` reports: as a plain table (table
+// or wide), as JSON or YAML for scripts, and as a live terminal UI
+// (bubbletea) when attached to a terminal.
+package topui
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+)
+
+// Format is an output format (-o).
+type Format string
+
+// Output formats.
+const (
+	Table Format = "table"
+	Wide  Format = "wide"
+	JSON  Format = "json"
+	YAML  Format = "yaml"
+)
+
+// ParseFormat checks an -o value.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case Table, Wide, JSON, YAML:
+		return f, nil
+	case "":
+		return Table, nil
+	}
+	return "", fmt.Errorf("-o %q: want table, wide, json or yaml", s)
+}
+
+// Write prints a report in the given format.
+func Write(w io.Writer, r *leasetraffic.Report, f Format) error {
+	switch f {
+	case JSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case YAML:
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	_, err := io.WriteString(w, strings.Join(Lines(r, f == Wide, nil), "\n")+"\n")
+	return err
+}
+
+// Status is the extra header line of the terminal UI and of a plain report:
+// what is watched and the last watch error.
+type Status struct {
+	Sort    string
+	Filter  string
+	Skipped []string
+	LastErr string
+}
+
+// Lines renders a report as text lines: a summary, the namespaces, the
+// leases and, with a policy, the projection.
+func Lines(r *leasetraffic.Report, wide bool, st *Status) []string {
+	var lines []string
+	head := fmt.Sprintf("leaseguard top  %s  window %s (observed %s)",
+		r.Time.UTC().Format(time.RFC3339), seconds(r.WindowSeconds), seconds(r.ObservedSeconds))
+	if st != nil && st.Sort != "" {
+		head += "  sort " + st.Sort
+	}
+	if st != nil && st.Filter != "" {
+		head += "  " + st.Filter
+	}
+	lines = append(lines, head)
+	lines = append(lines, "cluster: "+totals(&r.Cluster))
+	if st != nil {
+		for _, s := range st.Skipped {
+			lines = append(lines, "not watched: "+s)
+		}
+		if st.LastErr != "" {
+			lines = append(lines, "watch error: "+st.LastErr)
+		}
+	}
+	lines = append(lines, "")
+	lines = append(lines, table(namespaceRows(r))...)
+	lines = append(lines, "")
+	lines = append(lines, table(leaseRows(r, wide))...)
+	if r.Policy != nil {
+		lines = append(lines, "")
+		lines = append(lines, table(policyRows(r.Policy))...)
+		lines = append(lines, "note: "+r.Policy.Note)
+	}
+	return lines
+}
+
+func totals(t *leasetraffic.Totals) string {
+	s := fmt.Sprintf("%d leases, %s writes/s, %d writes, %d contested", t.Leases, rate(t.WritesPerSecond), t.Writes, t.Contested)
+	if p := t.Projected; p != nil {
+		s += fmt.Sprintf("; policy would refuse %d, hold back %d, warn %d, audit %d of them", p.Refused, p.HeldBack, p.Warned, p.Audited)
+	}
+	return s
+}
+
+func namespaceRows(r *leasetraffic.Report) [][]string {
+	rows := [][]string{{"NAMESPACE", "LEASES", "WRITES/S", "WRITES", "CONTESTED"}}
+	if r.Policy != nil {
+		rows[0] = append(rows[0], "POLICY")
+	}
+	for i := range r.Namespaces {
+		ns := &r.Namespaces[i]
+		row := []string{ns.Namespace, strconv.Itoa(ns.Leases), rate(ns.WritesPerSecond), strconv.Itoa(ns.Writes), strconv.Itoa(ns.Contested)}
+		if r.Policy != nil {
+			row = append(row, effects(ns.Projected))
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
+	header := []string{"NAMESPACE", "NAME", "KIND", "HOLDER", "WRITES/S", "RENEW", "TRANS", "EXPIRES", "WRITERS", "CONTESTED"}
+	if wide {
+		header = append(header[:4], append([]string{"DESIGNATED"}, header[4:]...)...)
+	}
+	webhook := len(r.WebhookSources) > 0
+	switch {
+	case webhook && wide:
+		header = append(header, "USERS", "WEBHOOK")
+	case webhook:
+		header = append(header, "WEBHOOK")
+	}
+	if r.Policy != nil {
+		header = append(header, "POLICY")
+	}
+	rows := [][]string{header}
+	for i := range r.Leases {
+		l := &r.Leases[i]
+		name, holder, designated := l.Name, l.Holder, l.DesignatedManager
+		if !wide {
+			name, holder = clip(name, 32), clip(holder, 24)
+		}
+		row := []string{l.Namespace, name, kind(l.Resource), orDash(holder)}
+		if wide {
+			row = append(row, orDash(designated))
+		}
+		renew := "-"
+		if l.RenewIntervalSeconds > 0 {
+			renew = seconds(l.RenewIntervalSeconds)
+		}
+		row = append(row, rate(l.WritesPerSecond), renew, strconv.Itoa(int(l.Transitions)), expires(l.ExpiresInSeconds), writers(l.Writers, wide), contestedCell(l, wide))
+		switch {
+		case webhook && wide:
+			row = append(row, users(l.Webhook), verdicts(l.Webhook))
+		case webhook && l.Webhook != nil:
+			row = append(row, strconv.Itoa(len(l.Webhook.Users))+"u "+verdicts(l.Webhook))
+		case webhook:
+			row = append(row, "-")
+		}
+		if r.Policy != nil {
+			row = append(row, effects(l.Projected))
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func policyRows(p *leasetraffic.PolicyReport) [][]string {
+	rows := [][]string{{"RULE", "VERDICT", "INVARIANT", "EFFECT", "WRITER", "WRITES"}}
+	for _, o := range p.Outcomes {
+		rows = append(rows, []string{o.Rule, o.Verdict, orDash(o.Invariant), o.Effect, o.WriterBasis, strconv.FormatInt(o.Writes, 10)})
+	}
+	if len(p.Outcomes) == 0 {
+		rows = append(rows, []string{"(no write judged yet)", "", "", "", "", ""})
+	}
+	return rows
+}
+
+func table(rows [][]string) []string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	_ = tw.Flush()
+	return strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+}
+
+func kind(resource string) string {
+	if resource == "multiclusterleases" {
+		return "mcl"
+	}
+	return "lease"
+}
+
+func rate(r float64) string { return strconv.FormatFloat(r, 'f', 2, 64) }
+
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	if d >= 10*time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func expires(s float64) string {
+	if s < 0 {
+		return "expired " + time.Duration(math.Ceil(-s)*float64(time.Second)).String()
+	}
+	return time.Duration(math.Floor(s) * float64(time.Second)).String()
+}
+
+func writers(ws []leasetraffic.Writer, wide bool) string {
+	if !wide {
+		return strconv.Itoa(len(ws))
+	}
+	if len(ws) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		name := w.Manager
+		if w.Subresource != "" {
+			name += "/" + w.Subresource
+		}
+		parts[i] = name + "×" + strconv.Itoa(w.Writes)
+	}
+	return strings.Join(parts, ",")
+}
+
+// users lists the users behind a lease's webhook requests; service
+// accounts are shortened to sa:<namespace>:<name>.
+func users(w *leasetraffic.WebhookTraffic) string {
+	if w == nil || len(w.Users) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(w.Users))
+	for i, u := range w.Users {
+		parts[i] = strings.Replace(u.User, "system:serviceaccount:", "sa:", 1) + "×" + strconv.FormatInt(u.Requests, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// verdicts summarises what the webhook decided for a lease's requests.
+func verdicts(w *leasetraffic.WebhookTraffic) string {
+	if w == nil {
+		return "-"
+	}
+	var parts []string
+	for _, v := range []struct {
+		n    int64
+		what string
+	}{{w.Verdicts.Allow, "allow"}, {w.Verdicts.Deny, "deny"}, {w.Verdicts.Warn, "warn"}, {w.Verdicts.Audit, "audit"}} {
+		if v.n > 0 {
+			parts = append(parts, v.what+" "+strconv.FormatInt(v.n, 10))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func contestedCell(l *leasetraffic.LeaseTraffic, wide bool) string {
+	switch {
+	case !l.Contested:
+		return "-"
+	case wide:
+		return "yes: " + l.ContestedReason
+	}
+	return "yes"
+}
+
+func effects(e *leasetraffic.Effects) string {
+	if e == nil {
+		return "-"
+	}
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{e.Refused, "refuse"}, {e.HeldBack, "hold"}, {e.Warned, "warn"}, {e.Audited, "audit"}} {
+		if p.n > 0 {
+			parts = append(parts, p.what+" "+strconv.Itoa(p.n))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
+}
+
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
