@@ -65,7 +65,7 @@ $(GOLANGCI_LINT): hack/tools/go.mod hack/tools/go.sum
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint (version pinned in hack/tools/go.mod, config .golangci.yml) on every module.
-	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(CURDIR)/$(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(CURDIR)/$(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: check-tracked-files
 check-tracked-files: ## Fail when git tracks a binary or a file over 1 MiB.

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strconv"
@@ -97,8 +98,10 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			By("the designated manager renews the shared MultiClusterLease; designation changes, finalizers and status are refused")
 			shared := mcls(manager(outageTeam))
 			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))
-			before, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			sharedRenewed, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 			Expect(err).NotTo(HaveOccurred())
+			renewedAt, _, _ := unstructured.NestedString(sharedRenewed.Object, "spec", "renewTime")
+			Expect(renewedAt).To(Equal(micro(mustParse(patch))), "the holder's renewal was stored")
 			// A renewTime-only write fails open whoever sends it: it can keep
 			// the lease alive while nobody checks, never take it.
 			later := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now().Add(time.Millisecond)))
@@ -107,7 +110,7 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(bumped.GetAnnotations()[designation]).To(Equal(manager(outageTeam)))
 			holder, _, _ := unstructured.NestedString(bumped.Object, "spec", "holderIdentity")
 			Expect(holder).To(Equal("cluster-e2e"))
-			before = bumped
+			before := bumped
 			steal := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, designation, manager("team-b"))
 			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(steal), metav1.PatchOptions{})
 			Expect(err).To(MatchError(ContainSubstring(failed)))
@@ -180,4 +183,15 @@ func stopLeaseguard(fault string) func() {
 		env.guard, err = env.cp.StartLeaseguard(env.binary, env.policyPath)
 		Expect(err).NotTo(HaveOccurred())
 	}
+}
+
+// mustParse reads the renewTime of a renewal patch.
+func mustParse(patch string) time.Time {
+	var p struct {
+		Spec struct {
+			RenewTime time.Time `json:"renewTime"`
+		} `json:"spec"`
+	}
+	Expect(json.Unmarshal([]byte(patch), &p)).To(Succeed())
+	return p.Spec.RenewTime
 }

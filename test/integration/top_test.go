@@ -29,9 +29,9 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/internal/leasetraffic"
 	"github.com/leaseguard/leaseguard/webhook/leasestats"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // The rules `leaseguard top` is tested with, in audit mode so that the

@@ -33,8 +33,8 @@ type Validator struct {
 	// fail-closed webhook decides them.
 	OnlyRenewals bool
 	Policies     PolicySource
-	Metrics  *metrics.Recorder
-	Log      logr.Logger
+	Metrics      *metrics.Recorder
+	Log          logr.Logger
 	// Now is the server clock; time.Now when nil.
 	Now func() time.Time
 	// LeaseStats counts the heaviest leases and writers (/debug/leases); nil disables it.
