@@ -16,6 +16,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -274,6 +275,27 @@ func (c *ControlPlane) InstallAdmission(ctx context.Context, path string, mo man
 	_ = api.MutatingAdmissionPolicyBindings().Delete(ctx, coalesce, metav1.DeleteOptions{})
 	_ = api.MutatingAdmissionPolicies().Delete(ctx, coalesce, metav1.DeleteOptions{})
 	return InstallCoalescing(ctx, c.Config, rendered)
+}
+
+// RemoveAdmission deletes the admission configuration named with prefix:
+// leaseguard no longer sees any write.
+func (c *ControlPlane) RemoveAdmission(ctx context.Context, prefix string) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	api := cs.AdmissionregistrationV1()
+	for _, err := range []error{
+		api.ValidatingWebhookConfigurations().Delete(ctx, prefix+"-validating-webhook-configuration", metav1.DeleteOptions{}),
+		api.MutatingWebhookConfigurations().Delete(ctx, prefix+"-mutating-webhook-configuration", metav1.DeleteOptions{}),
+		api.MutatingAdmissionPolicyBindings().Delete(ctx, prefix+"-coalesce-renewals", metav1.DeleteOptions{}),
+		api.MutatingAdmissionPolicies().Delete(ctx, prefix+"-coalesce-renewals", metav1.DeleteOptions{}),
+	} {
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // InstallCoalescing creates the rendered MutatingAdmissionPolicy and its

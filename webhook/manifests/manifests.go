@@ -395,9 +395,15 @@ func (g *generator) earlyRenewal(i int) (string, bool) {
 	for j, res := range r.Resources {
 		moves[j] = onlyRenewTimeMoves(res)
 	}
+	// Cheap and selective first: a renewal that is due (advance at least the
+	// interval) stops at the advance.
+	// (cel.bind is not in the API server's CEL environment: the advance is
+	// written out twice.)
 	advance := "(timestamp(object.spec.renewTime) - timestamp(oldObject.spec.renewTime))"
-	return and(selectsFirst(g.rules, i), or(moves...), renewer,
-		advance+" >= duration('0s')", advance+" < duration("+quote(durationString(r.CoalesceInterval))+")"), true
+	early := and(advance+" < duration("+quote(durationString(r.CoalesceInterval))+")", advance+" >= duration('0s')")
+	return and(selectsFirst(g.rules, i), "request.operation == 'UPDATE'",
+		spec("oldObject", "renewTime")+".hasValue()", spec("object", "renewTime")+".hasValue()", early,
+		or(moves...), renewer), true
 }
 
 func durationString(d time.Duration) string { return d.String() }

@@ -10,122 +10,56 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-// The namespace-mode shape of docs/design.md §1/§3: every manager runs as its own
-// service account and writes only the Lease bound to it, holding it from its
-// pod.
-const (
-	simNamespace  = "cnrm-system"
-	managerPrefix = "system:serviceaccount:cnrm-system:cnrm-controller-manager-"
-	leasePrefix   = "kcc-leader-"
-	leaseDuration = 15 * time.Second
-	renewDeadline = 10 * time.Second
-)
+// The core simulation runs the decision core, as the webhook and the
+// coalescing policy would, against a fleet of simulated clients on a
+// virtual clock: no API server, so that 10,000 managers fit on this machine.
+// Each manager is two actors: a client-go elector renewing its bound Lease,
+// and a Config Connector candidate merge-patching the shared
+// MultiClusterLease.
 
-// policyYAML is the rule the managers are held to; without an interval it
-// is the baseline (every check but I6 still runs).
-func policyYAML(interval time.Duration) string {
-	s := `apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-clockSkew: 2s
-rules:
-- name: kcc-namespace-leases
-  resources: [leases]
-  namespaces: [` + simNamespace + `]
-  bind:
-    manager: "` + managerPrefix + `{ns}"
-    lease: "` + leasePrefix + `{ns}"
-  holderBinding: pod
-  enforcement: deny
-`
-	if interval > 0 {
-		s += "  minRenewInterval: " + interval.String() + "\n"
-	}
-	return s
-}
-
-func managerID(i int) string   { return fmt.Sprintf("team-%05d", i) }
-func podName(id string) string { return "cnrm-controller-manager-" + id + "-0" }
-
-// coreManager is one simulated manager and, on the server side, its stored
-// Lease.
-type coreManager struct {
+// actor is one simulated client and, server side, what it writes.
+type actor struct {
+	shared       bool // a MultiClusterLease candidate, else a Lease elector
 	caller       policy.Caller
-	stored       policy.Object
-	exists       bool
 	body         policy.Object // the request in flight (re-sent unchanged on a 429)
-	attemptStart time.Time     // when the current renew attempt began (client clock)
-	lastAdmit    time.Time
+	attemptStart time.Time
+	retries      int
 	arrive       time.Time // when the pending request reaches the server
+	stored       *policy.Object
+	lastWrite    time.Time
 }
 
-// corePhase is the outcome of one simulated phase.
-type corePhase struct {
-	name            string
-	decisions       int64 // from t=0
-	allDecisions    int64 // warm-up included: what the CPU and memory figures divide by
-	admitted        int64 // storage writes
-	denied          int64 // I6 429s
-	lost            int64 // renew attempts that ran past the renew deadline
-	maxGap          time.Duration
-	cpu             time.Duration // user+sys of the decide loop
-	decideWall      time.Duration // time inside policy.Decide alone
-	wall            time.Duration
-	allocBytes      uint64
-	heapInuse       uint64
-	stateBytes      uint64    // the simulated managers and their stored Leases
-	writesPerSec    []float64 // per virtual second
-	deniedPerSec    []float64
-	virtualDuration time.Duration
+// coreStats is what one mode's run saw, counted from t=0.
+type coreStats struct {
+	mode                 string
+	duration             time.Duration
+	leaseWrites          int64
+	mclWrites            int64
+	leaseRequests        map[int]int64 // by HTTP status
+	mclRequests          map[int]int64
+	coalesced            int64
+	lost                 int64 // renew attempts of an elector past its renew deadline
+	maxLeaseGap          time.Duration
+	decisions            int64
+	cpu                  time.Duration
+	writesPerSec         []float64
+	decideWall, wall     time.Duration
+	allocPerDecision     float64
+	stateBytesPerManager int64
 }
 
-func (p *corePhase) writesPerSecond() []float64 { return p.writesPerSec }
-
-// coreResult holds both phases.
-type coreResult struct{ free, limited corePhase }
-
-func (r *coreResult) predictedFree(o options) float64 {
-	return float64(o.coreManagers) * float64(time.Second) / float64(o.retryPeriod+o.coreRTT)
-}
-
-func (r *coreResult) predictedLimited(o options) float64 {
-	return r.predictedFree(o) / predictedFactor(o.interval, o.retryPeriod)
-}
-
-func runCore(o options) (*coreResult, error) {
-	free, err := policyfile.Parse([]byte(policyYAML(0)), policy.CompileOptions{OwnNamespace: "leaseguard-system"})
-	if err != nil {
-		return nil, fmt.Errorf("baseline policy: %w", err)
-	}
-	limited, err := policyfile.Parse([]byte(policyYAML(o.interval)), policy.CompileOptions{OwnNamespace: "leaseguard-system"})
-	if err != nil {
-		return nil, fmt.Errorf("rate-limited policy: %w", err)
-	}
-	res := &coreResult{}
-	if res.free, err = simulate("without minRenewInterval", free, o); err != nil {
-		return nil, err
-	}
-	if res.limited, err = simulate("with minRenewInterval "+o.interval.String(), limited, o); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// eventQueue orders managers by the arrival time of their next request.
-type eventQueue struct {
+type actorQueue struct {
 	idx []int32
-	ms  []coreManager
+	as  []actor
 }
 
-func (q *eventQueue) Len() int { return len(q.idx) }
-func (q *eventQueue) Less(a, b int) bool {
-	return q.ms[q.idx[a]].arrive.Before(q.ms[q.idx[b]].arrive)
-}
-func (q *eventQueue) Swap(a, b int) { q.idx[a], q.idx[b] = q.idx[b], q.idx[a] }
-func (q *eventQueue) Push(x any)    { q.idx = append(q.idx, x.(int32)) }
-func (q *eventQueue) Pop() any {
+func (q *actorQueue) Len() int           { return len(q.idx) }
+func (q *actorQueue) Less(a, b int) bool { return q.as[q.idx[a]].arrive.Before(q.as[q.idx[b]].arrive) }
+func (q *actorQueue) Swap(a, b int)      { q.idx[a], q.idx[b] = q.idx[b], q.idx[a] }
+func (q *actorQueue) Push(x any)         { q.idx = append(q.idx, x.(int32)) }
+func (q *actorQueue) Pop() any {
 	n := len(q.idx) - 1
 	x := q.idx[n]
 	q.idx = q.idx[:n]
@@ -142,21 +76,20 @@ func retryAfter(d time.Duration) time.Duration {
 	return s * time.Second
 }
 
-func simulate(name string, p *policy.Policy, o options) (corePhase, error) {
+// simulate runs one mode.
+func simulate(m mode, o options) (*coreStats, error) {
+	p, err := m.compile()
+	if err != nil {
+		return nil, err
+	}
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-
 	n := o.coreManagers
-	// Managers start (create their Lease) at random times during a warm-up
-	// that is not counted, so that at t=0 the fleet renews at random phases,
-	// as independent pods do.
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	first := start.Add(-o.coreWarmup)
 	end := start.Add(o.coreDuration)
 	rng := rand.New(rand.NewSource(o.seed))
-	// oneWay is a request's or an answer's trip: half the round trip, give
-	// or take half of that.
 	oneWay := func() time.Duration {
 		half := int64(o.coreRTT / 2)
 		if half == 0 {
@@ -164,150 +97,224 @@ func simulate(name string, p *policy.Policy, o options) (corePhase, error) {
 		}
 		return time.Duration(half/2 + rng.Int63n(half+1))
 	}
-	seconds := int(o.coreDuration / time.Second)
-	ph := corePhase{
-		name:            name,
-		virtualDuration: o.coreDuration,
-		writesPerSec:    make([]float64, seconds),
-		deniedPerSec:    make([]float64, seconds),
-	}
-	q := &eventQueue{idx: make([]int32, 0, n), ms: make([]coreManager, n)}
-	for i := range q.ms {
+	st := &coreStats{mode: m.name, duration: o.coreDuration, leaseRequests: map[int]int64{}, mclRequests: map[int]int64{},
+		writesPerSec: make([]float64, int(o.coreDuration/time.Second))}
+	q := &actorQueue{idx: make([]int32, 0, 2*n), as: make([]actor, 2*n)}
+	shared := &policy.Object{}
+	sharedExists := false
+	for i := 0; i < n; i++ {
 		id := managerID(i)
 		pod := podName(id)
-		m := &q.ms[i]
-		m.caller = policy.Caller{Username: managerPrefix + id, PodName: pod}
-		// client-go creates the Lease when it finds none: holder
-		// <pod>_<uuid>, acquired and renewed now, 15s, no transition yet.
+		caller := policy.Caller{Username: managerPrefix + id, PodName: pod}
+		// Electors and candidates start at random during a warm-up that is
+		// not counted, so that the fleet renews at random phases.
 		t := first.Add(time.Duration(rng.Int63n(int64(o.coreWarmup))))
-		m.body = policy.Object{
-			Namespace: simNamespace, Name: leasePrefix + id,
-			Spec: policy.Spec{Holder: pod + "_0f8c2d1e", AcquireTime: t, RenewTime: t, LeaseDuration: leaseDuration},
-		}
-		m.attemptStart = t
-		m.arrive = t.Add(oneWay())
-		q.idx = append(q.idx, int32(i))
+		e := &q.as[2*i]
+		e.caller, e.attemptStart, e.arrive = caller, t, t.Add(oneWay())
+		e.body = policy.Object{Namespace: simNamespace, Name: leasePrefix + id,
+			Spec: policy.Spec{Holder: pod + "_0f8c2d1e", AcquireTime: t, RenewTime: t, LeaseDuration: leaseDuration}}
+		e.stored = &policy.Object{}
+		c := &q.as[2*i+1]
+		c.shared, c.caller = true, caller
+		tc := first.Add(time.Duration(rng.Int63n(int64(o.coreWarmup))))
+		c.attemptStart, c.arrive = tc, tc.Add(oneWay())
+		c.body = policy.Object{Namespace: simNamespace, Name: sharedMCL,
+			Spec: policy.Spec{Holder: clusterID, RenewTime: tc, LeaseDuration: leaseDuration, RetryPeriod: leaseDuration}}
+		c.stored = shared
+		q.idx = append(q.idx, int32(2*i), int32(2*i+1))
 	}
 	heap.Init(q)
-
-	req := policy.Request{Resource: policy.Leases}
 	var setUp runtime.MemStats
 	runtime.ReadMemStats(&setUp)
-	ph.stateBytes = setUp.HeapAlloc - before.HeapAlloc
+	st.stateBytesPerManager = int64(setUp.HeapAlloc-before.HeapAlloc) / int64(n)
+
 	var ru0, ru1 syscall.Rusage
 	wall0 := time.Now()
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru0); err != nil {
-		return ph, err
-	}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	req := policy.Request{}
 	for q.Len() > 0 {
 		i := q.idx[0]
-		m := &q.ms[i]
-		now := m.arrive
+		a := &q.as[i]
+		now := a.arrive
 		if !now.Before(end) {
 			heap.Pop(q)
 			continue
 		}
-		req.Caller = m.caller
-		req.Now = now
-		req.New = &m.body
-		if m.exists {
-			req.Operation, req.Old = policy.Update, &m.stored
-		} else {
-			req.Operation, req.Old = policy.Create, nil
-		}
-		t0 := time.Now()
-		d := policy.Decide(p, &req)
-		took := time.Since(t0)
 		counted := !now.Before(start)
-		sec := int(now.Sub(start) / time.Second)
-		ph.decideWall += took
-		ph.allDecisions++
-		if counted {
-			ph.decisions++
+		exists := a.stored.Name != ""
+		if a.shared {
+			exists = sharedExists
 		}
-
-		switch {
-		case d.Verdict == policy.Allow:
-			if counted {
-				ph.admitted++
-				ph.writesPerSec[sec]++
-				if m.exists {
-					if gap := now.Sub(m.lastAdmit); gap > ph.maxGap {
-						ph.maxGap = gap
-					}
+		// The API server stamps the write's managedFields time.
+		body := a.body
+		body.RenewWrite = now.Truncate(time.Second)
+		req = policy.Request{Caller: a.caller, Now: now, New: &body, Resource: policy.Leases}
+		if a.shared {
+			req.Resource = policy.MultiClusterLeases
+			// A merge patch of the four spec fields: the stored metadata
+			// (the designation) stays.
+			if exists {
+				body.Designated, body.HasDesignation = shared.Designated, shared.HasDesignation
+			}
+		}
+		req.Operation = policy.Create
+		if exists {
+			req.Operation, req.Old = policy.Update, a.stored
+		}
+		code, stored, retryIn := http.StatusOK, true, time.Duration(0)
+		if p != nil {
+			if user, ok := policy.Designate(p, &req); ok {
+				body.Designated, body.HasDesignation = user, true
+			}
+			t0 := time.Now()
+			switch {
+			case policy.Coalesce(p, &req):
+				stored = false
+				if counted {
+					st.coalesced++
+				}
+			default:
+				d := policy.Decide(p, &req)
+				if counted {
+					st.decisions++
+				}
+				if d.Verdict == policy.Deny {
+					stored, code, retryIn = false, int(d.Code), d.RetryAfter
 				}
 			}
-			m.stored, m.exists, m.lastAdmit = m.body, true, now
-			// The elector gets the answer, waits a retry period and starts the
-			// next renew attempt with renewTime = its clock.
-			next := now.Add(oneWay() + o.retryPeriod)
-			m.body.Spec.RenewTime = next
-			m.attemptStart = next
-			m.arrive = next.Add(oneWay())
-		case d.Invariant == policy.InvariantRenewalRate && d.Code == http.StatusTooManyRequests:
-			if counted {
-				ph.denied++
-				ph.deniedPerSec[sec]++
+			st.decideWall += time.Since(t0)
+		}
+		if stored && a.shared && exists && body.Spec.Equal(&shared.Spec) && body.Designated == shared.Designated {
+			stored = false // a write that changes nothing is not stored
+		}
+		sec := int(now.Sub(start) / time.Second)
+		if counted {
+			if a.shared {
+				st.mclRequests[code]++
+			} else {
+				st.leaseRequests[code]++
 			}
-			// client-go's REST client sleeps Retry-After and re-sends the
-			// same body.
-			m.arrive = now.Add(oneWay() + retryAfter(d.RetryAfter) + oneWay())
-			if m.arrive.Sub(m.attemptStart) >= renewDeadline {
-				ph.lost++
+		}
+		if stored {
+			if counted {
+				if a.shared {
+					st.mclWrites++
+				} else {
+					st.leaseWrites++
+					if !a.lastWrite.IsZero() && now.Sub(a.lastWrite) > st.maxLeaseGap {
+						st.maxLeaseGap = now.Sub(a.lastWrite)
+					}
+				}
+				st.writesPerSec[sec]++
+			}
+			if a.shared {
+				*shared, sharedExists = body, true
+			} else {
+				*a.stored = body
+			}
+			a.lastWrite = now
+		}
+		switch {
+		case code == http.StatusTooManyRequests && a.retries < clientRetries:
+			// client-go's REST client sleeps Retry-After and sends the same
+			// body again.
+			a.retries++
+			a.arrive = now.Add(oneWay() + retryAfter(retryIn) + oneWay())
+			if !a.shared && a.arrive.Sub(a.attemptStart) >= renewDeadline && counted {
+				st.lost++
 			}
 		default:
-			return ph, fmt.Errorf("%s: manager %d refused unexpectedly: %s", name, i, d.Message)
+			// The answer (success, a refusal, or the last retry) comes back;
+			// the next attempt starts a retry period later, with renewTime
+			// its clock.
+			a.retries = 0
+			next := now.Add(oneWay() + o.retryPeriod)
+			a.body.Spec.RenewTime = next
+			a.attemptStart = next
+			a.arrive = next.Add(oneWay())
 		}
 		heap.Fix(q, 0)
 	}
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru1); err != nil {
-		return ph, err
-	}
-	ph.wall = time.Since(wall0)
-	ph.cpu = rusageCPU(&ru1) - rusageCPU(&ru0)
-
-	// Live heap: collect first, so that the messages of denials already
-	// answered do not count.
-	runtime.GC()
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	st.wall = time.Since(wall0)
+	st.cpu = time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()) - time.Duration(ru0.Utime.Nano()+ru0.Stime.Nano())
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	ph.allocBytes = after.TotalAlloc - setUp.TotalAlloc
-	ph.heapInuse = after.HeapInuse
-	runtime.KeepAlive(q)
-	return ph, nil
-}
-
-func rusageCPU(r *syscall.Rusage) time.Duration {
-	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
-}
-
-func (r *coreResult) print(o options) {
-	fmt.Printf("## core mode: policy.Decide, %d managers, %s virtual time per phase\n\n", o.coreManagers, o.coreDuration)
-	fmt.Printf("Bound Leases renewed every %s (client-go semantics, %s round trip, +/-50%%), started at random during a %s warm-up that is not counted; minRenewInterval %s in the limited phase.\n\n",
-		o.retryPeriod, o.coreRTT, o.coreWarmup, o.interval)
-	fmt.Println("| phase | decisions | storage writes/s (mean) | peak second | denied (429)/s | longest gap between writes to one lease | renew attempts past the deadline | CPU per 1,000 decisions (whole loop) | policy.Decide per decision | bytes allocated per decision | heap in use after GC |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, p := range []*corePhase{&r.free, &r.limited} {
-		secs := p.virtualDuration.Seconds()
-		fmt.Printf("| %s | %d | %.0f | %.0f | %.0f | %s | %d | %s | %s | %.0f B | %.1f MiB |\n",
-			p.name, p.decisions, float64(p.admitted)/secs, peak(p.writesPerSec), float64(p.denied)/secs, p.maxGap.Round(time.Millisecond), p.lost,
-			perThousand(p.cpu, p.allDecisions), (p.decideWall / time.Duration(p.allDecisions)).Round(time.Nanosecond),
-			float64(p.allocBytes)/float64(p.allDecisions), float64(p.heapInuse)/(1<<20))
+	if st.decisions > 0 {
+		st.allocPerDecision = float64(after.TotalAlloc-setUp.TotalAlloc) / float64(st.decisions)
 	}
-	fmt.Printf("\nStorage writes fell %.2fx; predicted (i+r)/(2r) = %.2fx. Wall time of the two decide loops: %s and %s. The simulated managers and their stored Leases take %.1f MiB of heap (%d B per manager); heap in use is read after each phase and a GC, with that state alive.\n\n",
-		float64(r.free.admitted)/float64(r.limited.admitted), predictedFactor(o.interval, o.retryPeriod),
-		r.free.wall.Round(time.Millisecond), r.limited.wall.Round(time.Millisecond),
-		float64(r.free.stateBytes)/(1<<20), r.free.stateBytes/uint64(o.coreManagers))
+	runtime.KeepAlive(q)
+	return st, nil
 }
 
-func peak(series []float64) float64 {
-	m := 0.0
-	for _, v := range series {
-		if v > m {
-			m = v
+func (s *coreStats) perSecond(n int64) float64 { return float64(n) / s.duration.Seconds() }
+
+func sum(m map[int]int64) int64 {
+	var t int64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+func runCore(o options) ([]*coreStats, error) {
+	var out []*coreStats
+	for _, m := range modes {
+		progress("core: simulating %d managers, mode %s ...", o.coreManagers, m.name)
+		st, err := simulate(m, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func printCore(o options, res []*coreStats) {
+	fmt.Printf("## core simulation: the decision core, %d managers, %s of virtual time per mode\n\n", o.coreManagers, o.coreDuration)
+	fmt.Printf("Each manager is a client-go elector renewing its bound Lease every %s and a Config Connector candidate merge-patching the shared MultiClusterLease every %s "+
+		"(%s round trip); they start at random during a %s warm-up that is not counted. Every watcher receives one event per storage write, so watch events fall as storage writes do.\n\n",
+		o.retryPeriod, o.retryPeriod, o.coreRTT, o.coreWarmup)
+	base := res[0]
+	fmt.Println("| mode | storage writes/s (Leases + shared) | × fewer than unguarded | requests/s, Leases | requests/s, shared lease (by status) | × fewer on the shared lease | all lease requests/s | coalesced/s | renew attempts past the deadline | longest gap between stored renewals |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range res {
+		writes := s.leaseWrites + s.mclWrites
+		fmt.Printf("| %s | %.0f + %.1f | %.2f | %.0f | %.0f (%s) | %.2f | %.0f | %.0f | %d | %s |\n", s.mode,
+			s.perSecond(s.leaseWrites), s.perSecond(s.mclWrites), ratio(base.leaseWrites+base.mclWrites, writes),
+			s.perSecond(sum(s.leaseRequests)), s.perSecond(sum(s.mclRequests)), byCode(s.mclRequests, s.duration),
+			ratio(sum(base.mclRequests), sum(s.mclRequests)), s.perSecond(sum(s.leaseRequests)+sum(s.mclRequests)),
+			s.perSecond(s.coalesced), s.lost, s.maxLeaseGap.Round(time.Millisecond))
+	}
+	fmt.Println()
+	fmt.Println("| mode | decisions | CPU per 1,000 requests (whole loop) | decide + coalesce per request | bytes allocated per decision | simulated state per manager |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, s := range res {
+		reqs := sum(s.leaseRequests) + sum(s.mclRequests)
+		fmt.Printf("| %s | %d | %s | %s | %.0f B | %d B |\n", s.mode, s.decisions, perThousand(s.cpu, reqs),
+			(s.decideWall / time.Duration(max(reqs, 1))).Round(time.Nanosecond), s.allocPerDecision, s.stateBytesPerManager)
+	}
+	fmt.Println()
+}
+
+func ratio(base, x int64) float64 {
+	if x == 0 {
+		return 0
+	}
+	return float64(base) / float64(x)
+}
+
+func byCode(m map[int]int64, d time.Duration) string {
+	out := ""
+	for _, c := range []int{200, 403, 429} {
+		if m[c] > 0 {
+			if out != "" {
+				out += ", "
+			}
+			out += fmt.Sprintf("%d: %s", c, short(float64(m[c])/d.Seconds()))
 		}
 	}
-	return m
+	return out
 }
 
 func perThousand(cpu time.Duration, n int64) string {

@@ -1,70 +1,77 @@
-// Command scale measures what leaseguard's renewal rate limit (I6) buys at
-// scale: how many lease writes reach storage without and with
-// minRenewInterval, how many renewals are refused, and what deciding costs.
+// scale: what 10,000 namespace-mode managers cost the API server, unguarded
+// and under each of leaseguard's renewal modes, side by side.
 //
-//	go run ./test/scale --mode=both --out docs
+//	cd test/perf && go run ./scale --mode=both --out ../../docs
 //
-// Two modes:
+// Two ways of measuring (docs/scale.md):
 //
-//   - core: no cluster. N managers (10,000 by default), each renewing its own
-//     bound Lease every retry period with client-go's semantics (a 429 is
-//     answered by sleeping Retry-After, rounded up to whole seconds, and
-//     re-sending the same body), replayed on a virtual clock against
-//     policy.Decide.
-//   - apiserver: a real kube-apiserver and etcd (test/controlplane) with the
-//     real `leaseguard serve` binary behind leaseguard's webhook
-//     configurations, and N real client-go leader electors, each with its own
-//     impersonated clientset, renewing their bound Leases. A phase without
-//     minRenewInterval, then the policy file is rewritten (leaseguard reloads
-//     it) and a phase with it. Storage writes are counted from a watch,
-//     denials from leaseguard's /metrics, CPU and memory from /proc.
+//   - core: the decision core (policy.Decide, policy.Coalesce,
+//     policy.Designate) against 10,000 simulated managers on a virtual clock,
+//     each a client-go elector on its bound Lease and a Config Connector
+//     candidate on the shared MultiClusterLease, with client-go's retry of a
+//     429. No API server: it shows what the modes do at that scale.
+//   - apiserver: a real kube-apiserver, etcd and `leaseguard serve`, with
+//     real client-go electors (and standbys, for failover), and
+//     KCC-shaped candidates; storage writes from a watch, requests by status
+//     from the clients' transport, CPU from /proc, leaderships lost from the
+//     electors, failover after killing holders.
 //
-// Results are printed as Markdown tables; the plots go to --out.
+// Modes: unguarded (no admission), limit (minRenewInterval 5s: a 429 and a
+// retry per early renewal, losers 403) and coalesce (early renewals
+// acknowledged without being stored, losers backed off until staleness).
+// Results are printed as Markdown; the plots go to --out.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
 )
 
 type options struct {
-	mode           string
-	out            string
-	interval       time.Duration
-	retryPeriod    time.Duration
-	coreManagers   int
-	coreDuration   time.Duration
-	coreRTT        time.Duration
-	coreWarmup     time.Duration
-	apiManagers    int
-	apiDuration    time.Duration
-	apiSettle      time.Duration
-	apiStartSpread time.Duration
-	seed           int64
+	mode          string
+	out           string
+	retryPeriod   time.Duration
+	coreManagers  int
+	coreDuration  time.Duration
+	coreRTT       time.Duration
+	coreWarmup    time.Duration
+	apiManagers   int
+	apiStandbys   int
+	apiCandidates int
+	apiDuration   time.Duration
+	apiSettle     time.Duration
+	seed          int64
+}
+
+var runStart = time.Now()
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "scale: [%5.1fs] %s\n", time.Since(runStart).Seconds(), fmt.Sprintf(format, args...))
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.mode, "mode", "both", "core, apiserver or both")
 	flag.StringVar(&o.out, "out", "docs", "folder the PNG plots are written to")
-	flag.DurationVar(&o.interval, "interval", 5*time.Second, "minRenewInterval of the rate-limited phase")
-	flag.DurationVar(&o.retryPeriod, "retry-period", 2*time.Second, "the managers' leader-election retry period (client-go's default: 2s)")
-	flag.IntVar(&o.coreManagers, "core-managers", 10000, "core mode: number of simulated managers")
-	flag.DurationVar(&o.coreDuration, "core-duration", 120*time.Second, "core mode: virtual time simulated per phase")
-	flag.DurationVar(&o.coreRTT, "core-rtt", 10*time.Millisecond, "core mode: simulated client-server round trip")
-	flag.DurationVar(&o.coreWarmup, "core-warmup", 30*time.Second, "core mode: virtual time, not counted, over which the managers start")
-	flag.IntVar(&o.apiManagers, "managers", 300, "apiserver mode: number of client-go leader electors")
-	flag.DurationVar(&o.apiDuration, "duration", 60*time.Second, "apiserver mode: measured wall time per phase, rounded up to whole cycles of interval + retry period")
-	flag.DurationVar(&o.apiSettle, "settle", 0, "apiserver mode: wait after the policy change before measuring (default 2*(interval+retry period))")
-	flag.DurationVar(&o.apiStartSpread, "start-spread", 0, "apiserver mode: electors start at random times within this window (default: the retry period)")
+	flag.DurationVar(&o.retryPeriod, "retry-period", 2*time.Second, "the clients' retry period (client-go's default: 2s)")
+	flag.IntVar(&o.coreManagers, "core-managers", 10000, "core: simulated managers")
+	flag.DurationVar(&o.coreDuration, "core-duration", 120*time.Second, "core: virtual time per mode")
+	flag.DurationVar(&o.coreRTT, "core-rtt", 10*time.Millisecond, "core: simulated round trip")
+	flag.DurationVar(&o.coreWarmup, "core-warmup", 30*time.Second, "core: virtual time, not counted, over which the clients start")
+	flag.IntVar(&o.apiManagers, "managers", 300, "apiserver: client-go electors, one per bound Lease")
+	flag.IntVar(&o.apiStandbys, "standbys", 10, "apiserver: electors standing by on the first Leases, for failover")
+	flag.IntVar(&o.apiCandidates, "candidates", 20, "apiserver: candidates on the shared MultiClusterLease")
+	flag.DurationVar(&o.apiDuration, "duration", 60*time.Second, "apiserver: measured time per mode")
+	flag.DurationVar(&o.apiSettle, "settle", 20*time.Second, "apiserver: time after switching modes before measuring")
 	flag.Int64Var(&o.seed, "seed", 1, "random seed (start offsets)")
 	flag.Parse()
-
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
@@ -75,84 +82,98 @@ func run(o options) error {
 	if o.mode != "core" && o.mode != "apiserver" && o.mode != "both" {
 		return fmt.Errorf("--mode %q: want core, apiserver or both", o.mode)
 	}
-	if o.interval <= 0 || o.retryPeriod <= 0 {
-		return fmt.Errorf("--interval and --retry-period must be positive")
-	}
-	if o.coreManagers < 1 || o.apiManagers < 1 {
-		return fmt.Errorf("--core-managers and --managers must be at least 1")
-	}
-	if o.coreDuration < time.Second || o.coreWarmup <= 0 || o.coreRTT < 0 || o.apiDuration < time.Second || o.apiSettle < 0 || o.apiStartSpread < 0 {
-		return fmt.Errorf("--core-duration and --duration must be at least 1s, --core-warmup positive, --core-rtt, --settle and --start-spread not negative")
-	}
-	if o.apiSettle == 0 {
-		o.apiSettle = 2 * (o.interval + o.retryPeriod)
-	}
-	// Measure whole throttled cycles (i+r): with managers renewing in step,
-	// the writes of a cycle come in a burst, and a partial cycle would bias
-	// the mean.
-	if cycle := o.interval + o.retryPeriod; o.apiDuration%cycle != 0 {
-		o.apiDuration = (o.apiDuration/cycle + 1) * cycle
-	}
-	o.apiDuration = o.apiDuration.Round(time.Second)
-	if o.apiStartSpread == 0 {
-		o.apiStartSpread = o.retryPeriod
+	switch {
+	case o.retryPeriod <= 0, o.coreManagers < 1, o.apiManagers < 1, o.apiCandidates < 2, o.apiStandbys < 0, o.apiStandbys > o.apiManagers:
+		return fmt.Errorf("--retry-period positive, --core-managers and --managers at least 1, --candidates at least 2, --standbys at most --managers")
+	case o.coreDuration < time.Second, o.coreWarmup <= 0, o.coreRTT < 0, o.apiDuration < time.Second, o.apiSettle < 0:
+		return fmt.Errorf("--core-duration and --duration at least 1s, --core-warmup positive, --core-rtt and --settle not negative")
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	fmt.Printf("# leaseguard scale run, %s, %d CPUs\n\n", time.Now().UTC().Format(time.RFC3339), procstat.NumCPU())
-	fmt.Printf("command: %s\n\n", commandLine())
-
+	fmt.Printf("command: `cd test/perf && go run ./scale %s`\n\n", args())
+	for _, m := range modes {
+		fmt.Printf("- **%s**: %s\n", m.name, m.what)
+	}
+	fmt.Println()
 	if o.mode == "core" || o.mode == "both" {
 		res, err := runCore(o)
 		if err != nil {
-			return fmt.Errorf("core mode: %w", err)
+			return fmt.Errorf("core: %w", err)
 		}
-		res.print(o)
+		printCore(o, res)
 		path := filepath.Join(o.out, "scale-core.png")
-		if err := plotPhases(path, fmt.Sprintf("policy.Decide, %d simulated managers (virtual clock)", o.coreManagers),
-			"virtual seconds", res.free.writesPerSecond(), res.limited.writesPerSecond(), res.predictedFree(o), res.predictedLimited(o), o); err != nil {
+		if err := plotCore(path, o, res); err != nil {
 			return err
 		}
-		fmt.Printf("plot: %s\n\n", path)
+		fmt.Printf("plot: %s\n\n", filepath.Base(path))
 	}
 	if o.mode == "apiserver" || o.mode == "both" {
-		// Bound the whole apiserver run in time, whatever happens.
-		budget := 4*time.Minute + 2*o.apiDuration + o.apiSettle
+		// Bound the whole run in time, whatever happens.
+		budget := 4*time.Minute + time.Duration(len(modes))*(o.apiDuration+o.apiSettle+4*leaseDuration)
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		res, err := runAPIServer(ctx, o)
 		if err != nil {
-			return fmt.Errorf("apiserver mode: %w", err)
+			return fmt.Errorf("apiserver: %w", err)
 		}
-		res.print(o)
+		printAPIServer(o, res)
 		path := filepath.Join(o.out, "scale-apiserver.png")
-		if err := plotPhases(path, fmt.Sprintf("kube-apiserver + etcd + leaseguard, %d client-go electors", o.apiManagers),
-			"seconds into the phase", res.free.writesSeries, res.limited.writesSeries, res.predictedFree(o), res.predictedLimited(o), o); err != nil {
+		if err := plotAPIServer(path, o, res); err != nil {
 			return err
 		}
-		fmt.Printf("plot: %s\n\n", path)
+		fmt.Printf("plot: %s\n\n", filepath.Base(path))
 	}
 	return nil
 }
 
-// predictedFactor is how many times fewer writes reach storage when a
-// client renewing every retry period r is held to interval i: the first
-// renewal after an admitted one comes r later, is refused with Retry-After
-// i-r, and its retry (same body) is admitted at i; the next renewal, r after
-// that, is already i past the stored renewTime and admitted at once. Two
-// writes per i+r instead of one per r.
-func predictedFactor(i, r time.Duration) float64 {
-	if i <= r {
-		return 1
-	}
-	return float64(i+r) / float64(2*r)
-}
-
-func commandLine() string {
-	s := "go run ./test/scale"
-	for _, a := range os.Args[1:] {
-		s += " " + a
+func args() string {
+	s := ""
+	for i, a := range os.Args[1:] {
+		if i > 0 {
+			s += " "
+		}
+		s += a
 	}
 	return s
+}
+
+func printAPIServer(o options, res []*apiStats) {
+	fmt.Printf("## through the API server: kube-apiserver %s + etcd + `leaseguard serve`, %d client-go electors (%d with a standby), %d candidates on the shared MultiClusterLease, %s per mode\n\n",
+		controlplane.KubernetesVersion, o.apiManagers, o.apiStandbys, o.apiCandidates, o.apiDuration)
+	base := res[0]
+	fmt.Println("| mode | storage writes/s = watch events/s (Leases + shared) | × fewer | requests/s, Leases (by status) | requests/s, shared lease (by status) | × fewer on the shared lease | all lease requests/s | kube-apiserver CPU s per minute | leaderships lost | failover after a holder is killed: median / worst | shared lease: takeover after the designated candidate is killed |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range res {
+		secs := s.window.Seconds()
+		perMin := s.apiserverCPU / secs * 60
+		takeover := "n/a (every candidate writes)"
+		if s.takeover > 0 {
+			takeover = s.takeover.Round(100 * time.Millisecond).String()
+		} else if s.mode != "unguarded" {
+			takeover = "not seen"
+		}
+		fmt.Printf("| %s | %.1f + %.2f | %.2f | %.1f (%s) | %.1f (%s) | %.2f | %.1f | %.1f | %d | %s / %s | %s |\n", s.mode,
+			float64(s.leaseWrites)/secs, float64(s.mclWrites)/secs, ratio(base.leaseWrites+base.mclWrites, s.leaseWrites+s.mclWrites),
+			float64(sum(s.leaseRequests))/secs, byCode(s.leaseRequests, s.window), float64(sum(s.mclRequests))/secs, byCode(s.mclRequests, s.window),
+			ratio(sum(base.mclRequests), sum(s.mclRequests)), float64(sum(s.leaseRequests)+sum(s.mclRequests))/secs, perMin, s.lost,
+			quantile(s.failover, 0.5).Round(100*time.Millisecond), quantile(s.failover, 1).Round(100*time.Millisecond), takeover)
+	}
+	fmt.Println()
+	fmt.Println("| mode | kube-apiserver | etcd | leaseguard | machine (all processes) |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, s := range res {
+		secs := s.window.Seconds()
+		fmt.Printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", s.mode, s.cpu["kube-apiserver"]/secs, s.cpu["etcd"]/secs, s.cpu["leaseguard"]/secs, s.cpu[procstat.Machine]/secs)
+	}
+	fmt.Println("\n(cores busy on average during the measured window)")
+	fmt.Println()
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[int(q*float64(len(ds)-1))]
 }

@@ -3,106 +3,122 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"time"
+	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// plotPhases draws storage writes per second over the phase, without and
-// with minRenewInterval, with the predicted rates as dashed lines.
-func plotPhases(path, title, xLabel string, free, limited []float64, predictedFree, predictedLimited float64, o options) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = xLabel
-	p.Y.Label.Text = "storage writes/s (lease writes admitted)"
-	p.Y.Min = 0
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.Left = false
+var modeColors = []color.Color{
+	color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, // unguarded
+	color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff}, // limit
+	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, // coalesce
+}
 
-	blue := color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	orange := color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff}
-	series := []struct {
-		label     string
-		ys        []float64
-		predicted float64
-		c         color.Color
-	}{
-		{"without leaseguard's rate limit", free, predictedFree, blue},
-		{fmt.Sprintf("with minRenewInterval %s", o.interval), limited, predictedLimited, orange},
-	}
-	// Per second (thin) and, thick, the mean over a throttled cycle
-	// (interval + retry period), the rate storage sustains.
-	window := int((o.interval + o.retryPeriod + time.Second/2) / time.Second)
-	maxY := 0.0
-	for _, s := range series {
-		xys := make(plotter.XYs, len(s.ys))
-		for i, y := range s.ys {
-			xys[i].X, xys[i].Y = float64(i)+0.5, y
-			if y > maxY {
-				maxY = y
-			}
-		}
-		thin, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		thin.Color = lighter(s.c)
-		thin.Width = vg.Points(0.75)
-		p.Add(thin)
-		p.Legend.Add(s.label+", per second", thin)
+// panel is one bar chart: a value per mode.
+type panel struct {
+	title, unit string
+	values      []float64
+}
 
-		if avg := movingMean(s.ys, window); len(avg) > 0 {
-			thick, err := plotter.NewLine(avg)
+// plotPanels draws the panels side by side, a bar per mode in each.
+func plotPanels(path, title string, names []string, panels []panel) error {
+	const cols = 2
+	rows := (len(panels) + cols - 1) / cols
+	img := vgimg.New(vg.Length(cols)*6*vg.Inch, vg.Length(rows)*3.6*vg.Inch+0.5*vg.Inch)
+	dc := draw.New(img)
+	header := plot.New()
+	header.Title.Text = title
+	header.HideAxes()
+	head := dc
+	head.Min.Y = head.Max.Y - 0.5*vg.Inch
+	header.Draw(head)
+	body := dc
+	body.Max.Y -= 0.5 * vg.Inch
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Inch / 4, PadY: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	for i, pn := range panels {
+		p := plot.New()
+		p.Title.Text = pn.title
+		p.Y.Label.Text = pn.unit
+		p.Y.Min = 0
+		p.Add(plotter.NewGrid())
+		for j, v := range pn.values {
+			bars, err := plotter.NewBarChart(plotter.Values{v}, vg.Points(40))
 			if err != nil {
 				return err
 			}
-			thick.Color = s.c
-			thick.Width = vg.Points(2.5)
-			p.Add(thick)
-			p.Legend.Add(fmt.Sprintf("%s, %d s mean", s.label, window), thick)
+			bars.Color = modeColors[j%len(modeColors)]
+			bars.LineStyle.Width = 0
+			bars.Offset = vg.Points(float64(j-len(pn.values)/2) * 45)
+			p.Add(bars)
+			p.Legend.Add(fmt.Sprintf("%s: %s", names[j], short(v)), bars)
 		}
-
-		n := float64(len(s.ys))
-		ref, err := plotter.NewLine(plotter.XYs{{X: 0, Y: s.predicted}, {X: n, Y: s.predicted}})
-		if err != nil {
-			return err
-		}
-		ref.Color = s.c
-		ref.Width = vg.Points(1)
-		ref.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(ref)
-		p.Legend.Add(fmt.Sprintf("predicted %.0f/s", s.predicted), ref)
+		p.Legend.Top = true
+		p.NominalX("")
+		p.Draw(tiles.At(body, i/cols, i%cols))
 	}
-	p.Y.Max = maxY * 1.6
-	return p.Save(9*vg.Inch, 5*vg.Inch, path)
+	return writePNG(path, img)
 }
 
-// movingMean is the mean of each full window of w seconds, placed at the
-// window's centre.
-func movingMean(ys []float64, w int) plotter.XYs {
-	if w < 1 || len(ys) < w {
-		return nil
+func short(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.1f", v)
 	}
-	var out plotter.XYs
-	sum := 0.0
-	for i, y := range ys {
-		sum += y
-		if i >= w {
-			sum -= ys[i-w]
-		}
-		if i >= w-1 {
-			out = append(out, plotter.XY{X: float64(i+1) - float64(w)/2, Y: sum / float64(w)})
-		}
-	}
-	return out
+	return fmt.Sprintf("%.2f", v)
 }
 
-// lighter mixes c with white.
-func lighter(c color.Color) color.Color {
-	r, g, b, _ := c.RGBA()
-	mix := func(v uint32) uint8 { return uint8((v>>8 + 2*0xff) / 3) }
-	return color.RGBA{R: mix(r), G: mix(g), B: mix(b), A: 0xff}
+func plotCore(path string, o options, res []*coreStats) error {
+	names := make([]string, len(res))
+	var writes, mcl, allReq, lost []float64
+	for i, s := range res {
+		names[i] = s.mode
+		writes = append(writes, s.perSecond(s.leaseWrites+s.mclWrites))
+		mcl = append(mcl, s.perSecond(sum(s.mclRequests)))
+		allReq = append(allReq, s.perSecond(sum(s.leaseRequests)+sum(s.mclRequests)))
+		lost = append(lost, float64(s.lost))
+	}
+	return plotPanels(path, fmt.Sprintf("decision core, %d managers (virtual clock)", o.coreManagers), names, []panel{
+		{"storage writes = watch events", "per second", writes},
+		{"requests on the shared MultiClusterLease", "per second (all statuses, retries)", mcl},
+		{"all lease requests", "per second", allReq},
+		{"renew attempts past the renew deadline", "count", lost},
+	})
+}
+
+func plotAPIServer(path string, o options, res []*apiStats) error {
+	names := make([]string, len(res))
+	var writes, mcl, cpu, failover []float64
+	for i, s := range res {
+		names[i] = s.mode
+		secs := s.window.Seconds()
+		writes = append(writes, float64(s.leaseWrites+s.mclWrites)/secs)
+		mcl = append(mcl, float64(sum(s.mclRequests))/secs)
+		cpu = append(cpu, s.apiserverCPU/secs*60)
+		failover = append(failover, quantile(s.failover, 0.5).Seconds())
+	}
+	return plotPanels(path, fmt.Sprintf("kube-apiserver + etcd + leaseguard, %d client-go electors, %d candidates", o.apiManagers, o.apiCandidates), names, []panel{
+		{"storage writes = watch events", "per second", writes},
+		{"requests on the shared MultiClusterLease", "per second (all statuses, retries)", mcl},
+		{"kube-apiserver CPU", "CPU seconds per minute", cpu},
+		{"failover after a holder is killed (median)", "seconds", failover},
+	})
+}
+
+// writePNG writes the canvas to path.
+func writePNG(path string, img *vgimg.Canvas) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
