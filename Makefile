@@ -174,9 +174,12 @@ MULTICLUSTER_WINDOW ?= 20s
 
 .PHONY: test-multicluster
 test-multicluster: controlplane ## Two clusters, one MultiClusterLease, exactly one cluster active through failovers (about 2 minutes once built).
-	cd test/multicluster && $(GOTEST) -timeout 10m ./...
+	cd test/multicluster && $(GOTEST) -v -timeout 10m ./...
 
 .PHONY: measure-multicluster
-measure-multicluster: controlplane ## Lease writes per cluster with and without leaseguard, interleaved rounds (docs/multicluster.md).
+measure-multicluster: controlplane ## Lease writes per cluster with and without leaseguard, interleaved rounds, into bin/multicluster-writes.md (docs/multicluster.md).
+	@mkdir -p bin
 	cd test/multicluster && $(TEST_ENV) MULTICLUSTER_ROUNDS=$(MULTICLUSTER_ROUNDS) MULTICLUSTER_WINDOW=$(MULTICLUSTER_WINDOW) \
-		go test -count=1 -timeout 60m -run TestMultiCluster . -ginkgo.label-filter=measure -ginkgo.v
+		MULTICLUSTER_REPORT=$(CURDIR)/bin/multicluster-writes.md \
+		go test -count=1 -timeout 60m -v -run TestMultiCluster . -ginkgo.label-filter=measure -ginkgo.v
+	@cat bin/multicluster-writes.md

@@ -236,7 +236,7 @@ var _ = Describe("two clusters in namespace mode, one MultiClusterLease synced t
 		victimUser := designated(ctx, active)
 		victim := f.byUser(active, victimUser)
 		Expect(victim).NotTo(BeNil(), "designated manager %q of %s", victimUser, active)
-		lastWrite := lastSpecWrite(recs[active], victimUser)
+		lastRenewal := lastSpecWrite(recs[active], victimUser).renewTime
 
 		s.setPhase("failover-a")
 		victim.Kill()
@@ -250,12 +250,16 @@ var _ = Describe("two clusters in namespace mode, one MultiClusterLease synced t
 			ShouldNot(Equal(victimUser))
 		Expect(f.byUser(active, successor)).NotTo(BeNil(), "the designation went to %q, not to a live sibling", successor)
 		takeover := firstSpecWrite(recs[active], successor, killed)
-		By(fmt.Sprintf("%s took over %s after its last write", successor, takeover.Sub(lastWrite).Round(time.Millisecond)))
-		// Not before the designation is stale (the stored renewTime is the
-		// writer's clock, a few milliseconds before the stored write).
-		Expect(takeover.Sub(lastWrite)).To(BeNumerically(">=", mclTimings.LeaseDuration),
+		msg := fmt.Sprintf("%s killed; %s took over the designation %s after the victim's last stored renewTime",
+			victim, successor, takeover.Sub(lastRenewal).Round(time.Millisecond))
+		By(msg)
+		AddReportEntry("failover (a)", msg)
+		// Not before the designation is stale (leaseguard: the stored
+		// renewTime plus the lease duration plus the clock-skew grace), and
+		// at the sibling's first renewal after that.
+		Expect(takeover.Sub(lastRenewal)).To(BeNumerically(">", mclTimings.LeaseDuration+clockSkew),
 			"the designation moved before the victim's lease was stale")
-		Expect(takeover.Sub(lastWrite)).To(BeNumerically("<=", mclTimings.LeaseDuration+clockSkew+mclTimings.RetryPeriod+slack))
+		Expect(takeover.Sub(lastRenewal)).To(BeNumerically("<=", mclTimings.LeaseDuration+clockSkew+mclTimings.RetryPeriod+slack))
 
 		time.Sleep(6 * time.Second) // the successor renews; the cluster must stay active throughout
 		expectOneActive(s.of("failover-a"), active, standby)
@@ -356,16 +360,15 @@ var _ = Describe("two clusters in namespace mode, one MultiClusterLease synced t
 	})
 })
 
-// lastSpecWrite is when user's last spec write to the shared object was
-// stored.
-func lastSpecWrite(rec *recorder, user string) time.Time {
-	var last time.Time
+// lastSpecWrite is user's last stored spec write to the shared object.
+func lastSpecWrite(rec *recorder, user string) write {
+	var last write
 	for _, w := range rec.between(time.Time{}, time.Now()) {
 		if w.resource == mclv1alpha1.Resource && w.spec && w.designated == user {
-			last = w.at
+			last = w
 		}
 	}
-	ExpectWithOffset(1, last).NotTo(BeZero(), "no write of %s in the history", user)
+	ExpectWithOffset(1, last.renewTime).NotTo(BeZero(), "no write of %s with a renewTime in the history", user)
 	return last
 }
 

@@ -30,6 +30,7 @@ type write struct {
 	// the stored object names.
 	spec       bool
 	designated string
+	renewTime  time.Time
 }
 
 // recorder keeps every stored write to the leases of one cluster's lease
@@ -89,6 +90,9 @@ func (r *recorder) watch(ctx context.Context, client dynamic.ResourceInterface, 
 				// too) is no candidate's write.
 				wr.spec = u.GetDeletionTimestamp() == nil && (ev.Type == watch.Added || u.GetGeneration() > generations[u.GetName()])
 				wr.designated = u.GetAnnotations()[kccmanager.DesignationAnnotation]
+				if s, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {
+					wr.renewTime, _ = time.Parse(time.RFC3339Nano, s)
+				}
 				generations[u.GetName()] = u.GetGeneration()
 			}
 			r.mu.Lock()

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/leaseguard/leaseguard/test/multicluster/gcslock"
 )
 
@@ -18,6 +17,9 @@ type clusterSample struct {
 	live, reconciling int
 	// views are the global holders the live managers last read.
 	views []string
+	// oldestRenewal is the age of the oldest global renewal a reconciling
+	// manager goes by: how close it came to standing down.
+	oldestRenewal time.Duration
 }
 
 // active: the cluster has managers and every one of them reconciles.
@@ -82,10 +84,12 @@ func (s *sampler) take(ctx context.Context) {
 		var cs clusterSample
 		for _, m := range s.f.live(c) {
 			cs.live++
+			view := m.View()
 			if m.Reconciling() {
 				cs.reconciling++
+				cs.oldestRenewal = max(cs.oldestRenewal, smp.at.Sub(view.GlobalRenewTime))
 			}
-			cs.views = append(cs.views, m.View().GlobalHolder)
+			cs.views = append(cs.views, view.GlobalHolder)
 		}
 		smp.clusters = append(smp.clusters, cs)
 	}
@@ -127,11 +131,15 @@ func (s *sampler) of(phase string) []sample {
 type phaseCounts struct {
 	phase                               string
 	samples, oneActive, none, twoActive int
+	oldestRenewal                       time.Duration
 }
 
 func countPhase(phase string, samples []sample) phaseCounts {
 	pc := phaseCounts{phase: phase, samples: len(samples)}
 	for _, smp := range samples {
+		for _, c := range smp.clusters {
+			pc.oldestRenewal = max(pc.oldestRenewal, c.oldestRenewal)
+		}
 		switch smp.reconcilingClusters() {
 		case 0:
 			pc.none++
@@ -151,17 +159,20 @@ func countPhase(phase string, samples []sample) phaseCounts {
 // report prints how every phase's samples split.
 func (s *sampler) report(phases []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-12s %8s %18s %14s %18s\n", "phase", "samples", "one cluster active", "none active", "two reconciling")
+	fmt.Fprintf(&b, "%-12s %8s %18s %12s %16s %22s\n", "phase", "samples", "one cluster active", "none active", "two reconciling", "oldest global renewal")
 	total := phaseCounts{phase: "all"}
 	for _, p := range phases {
 		pc := countPhase(p, s.of(p))
-		fmt.Fprintf(&b, "%-12s %8d %18d %14d %18d\n", pc.phase, pc.samples, pc.oneActive, pc.none, pc.twoActive)
+		fmt.Fprintf(&b, "%-12s %8d %18d %12d %16d %22s\n", pc.phase, pc.samples, pc.oneActive, pc.none, pc.twoActive, pc.oldestRenewal.Round(time.Millisecond))
 		total.samples += pc.samples
 		total.oneActive += pc.oneActive
 		total.none += pc.none
 		total.twoActive += pc.twoActive
+		total.oldestRenewal = max(total.oldestRenewal, pc.oldestRenewal)
 	}
-	fmt.Fprintf(&b, "%-12s %8d %18d %14d %18d\n", total.phase, total.samples, total.oneActive, total.none, total.twoActive)
+	fmt.Fprintf(&b, "%-12s %8d %18d %12d %16d %22s\n", total.phase, total.samples, total.oneActive, total.none, total.twoActive, total.oldestRenewal.Round(time.Millisecond))
+	fmt.Fprintf(&b, "(a manager reconciles while its cluster's last global renewal is younger than %s; another cluster can take the lock once it is %s old)\n",
+		mclTimings.RenewDeadline, mclTimings.LeaseDuration)
 	return b.String()
 }
 

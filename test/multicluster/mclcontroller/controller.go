@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +149,8 @@ func readCandidate(u *unstructured.Unstructured) (candidate, error) {
 	c := candidate{leaseDuration: defaultLeaseDuration, retryPeriod: defaultRetryPeriod}
 	c.holder, _, _ = unstructured.NestedString(u.Object, "spec", "holderIdentity")
 	if s, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {
-		t, err := time.Parse(time.RFC3339Nano, s)
+		// The CRD schema's date-time also admits a lower-case t and z.
+		t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 		if err != nil {
 			return c, fmt.Errorf("spec.renewTime %q: %w", s, err)
 		}
