@@ -25,6 +25,19 @@ type counts struct {
 	stored   writeCounts
 	requests int64 // write requests the managers sent, every attempt
 	refused  int64 // of which answered 403 or 429
+	writers  int   // managers whose writes reached the shared object's spec
+}
+
+// specWriters counts the managers whose admitted writes are among ws.
+func specWriters(f *fleet, c *cluster, ws []write) int {
+	byVersion := writerOf(f, c)
+	users := map[string]bool{}
+	for _, w := range ws {
+		if m, ok := byVersion[w.version]; ok && w.spec {
+			users[m.Config().Username()] = true
+		}
+	}
+	return len(users)
 }
 
 func managerRequests(f *fleet, c *cluster) (sent, refused int64) {
@@ -105,11 +118,14 @@ var _ = Describe("lease writes per cluster with and without leaseguard", Label("
 				to := time.Now()
 				for _, c := range env.clusters {
 					sent, refused := managerRequests(f, c)
-					results[key{on, c}] = append(results[key{on, c}], counts{
-						stored:   countWrites(recs[c].between(from, to)),
-						requests: sent - before[c][0],
-						refused:  refused - before[c][1],
-					})
+					ws := recs[c].between(from, to)
+					r := counts{stored: countWrites(ws), requests: sent - before[c][0], refused: refused - before[c][1], writers: specWriters(f, c, ws)}
+					results[key{on, c}] = append(results[key{on, c}], r)
+					if on {
+						Expect(r.writers).To(Equal(1), "%s with leaseguard: managers writing the shared object", c)
+					} else {
+						Expect(r.writers).To(Equal(len(teams)), "%s without leaseguard: managers writing the shared object", c)
+					}
 				}
 				Expect(activeCluster(f)).To(Equal(active), "the active cluster changed during the measurement")
 			}
@@ -118,8 +134,8 @@ var _ = Describe("lease writes per cluster with and without leaseguard", Label("
 		perSecond := func(n int64) float64 { return float64(n) / window.Seconds() }
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d rounds of %s per mode, interleaved; %d managers per cluster; %s active.\n\n", rounds, window, len(teams), active)
-		fmt.Fprintf(&b, "| cluster | leaseguard | MCL spec writes/s | MCL status writes/s | Lease writes/s | lease writes/s (stored) | write requests/s | refused/s |\n")
-		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| cluster | leaseguard | writers of the MCL | MCL spec writes/s | MCL status writes/s | Lease writes/s | lease writes/s (stored) | write requests/s | refused/s |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range env.clusters {
 			role := "standby"
 			if c == active {
@@ -128,7 +144,9 @@ var _ = Describe("lease writes per cluster with and without leaseguard", Label("
 			for _, on := range []bool{false, true} {
 				var sum counts
 				var perRound []string
+				writers := 0
 				for _, r := range results[key{on, c}] {
+					writers = max(writers, r.writers)
 					sum.stored.mclSpec += r.stored.mclSpec
 					sum.stored.mclOther += r.stored.mclOther
 					sum.stored.leases += r.stored.leases
@@ -141,7 +159,7 @@ var _ = Describe("lease writes per cluster with and without leaseguard", Label("
 				if on {
 					mode = "on"
 				}
-				fmt.Fprintf(&b, "| %s (%s) | %s | %.2f | %.2f | %.2f | %.2f (rounds: %s) | %.2f | %.2f |\n", c, role, mode,
+				fmt.Fprintf(&b, "| %s (%s) | %s | %d | %.2f | %.2f | %.2f | %.2f (rounds: %s) | %.2f | %.2f |\n", c, role, mode, writers,
 					perSecond(int64(sum.stored.mclSpec))/float64(n), perSecond(int64(sum.stored.mclOther))/float64(n),
 					perSecond(int64(sum.stored.leases))/float64(n), perSecond(int64(sum.stored.total()))/float64(n),
 					strings.Join(perRound, ", "), perSecond(sum.requests)/float64(n), perSecond(sum.refused)/float64(n))
