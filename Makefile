@@ -90,6 +90,7 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	@hack/stage.sh unit $(MAKE) --no-print-directory test-unit
 	@hack/stage.sh integration $(GOTEST) ./internal/... ./test/integration/... ./test/certs/...
 	@hack/stage.sh e2e $(GOTEST) ./test/e2e/...
+	@hack/stage.sh multicluster $(MAKE) --no-print-directory test-multicluster
 	@hack/stage.sh perf-programs $(MAKE) --no-print-directory test-perf
 	@hack/stage.sh fuzz $(MAKE) --no-print-directory fuzz
 	@echo "make test: every stage passed"; cat bin/test-stages.txt
@@ -107,6 +108,17 @@ fuzz: ## Fuzz the decode-and-decide path for FUZZTIME, from the committed seed c
 	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./webhook/admission
 
 BENCHSTAT := cd hack/tools && go tool benchstat
+
+.PHONY: bench-apiserver
+bench-apiserver: controlplane ## Admission's cost on a Lease renewal through the real API server, setups side by side (docs/performance.md).
+	cd test/perf && go run ./benchapi --rounds $(BENCH_ROUNDS) --duration $(BENCH_DURATION)
+
+BENCH_ROUNDS ?= 5
+BENCH_DURATION ?= 10s
+
+.PHONY: bench-cel
+bench-cel: ## The CEL the generated configuration makes the API server evaluate per lease write (docs/performance.md).
+	cd test/perf && go test -run '^$$' -bench . -benchmem -count 5 ./celbench
 
 .PHONY: bench
 bench: ## Benchmarks of the decision core and of the handler beside a no-op handler (docs/performance.md).

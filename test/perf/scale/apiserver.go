@@ -581,7 +581,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-
 // profileAPIServer saves a CPU profile of kube-apiserver (SCALE_PPROF=dir):
 // where its time goes in each mode.
 func profileAPIServer(cp *controlplane.ControlPlane, path string, d time.Duration) {
