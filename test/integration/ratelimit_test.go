@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,8 +170,12 @@ func (e *elector) lostLeadership() bool {
 // with multi-cluster leader election: it creates the shared
 // MultiClusterLease, then merge-PATCHes holder, renewTime and durations every
 // retry period, with the identity every manager of the cluster shares.
-func kccCandidate(ctx context.Context, t *testing.T, namespace, manager string, denied *int64, mu *sync.Mutex) {
-	dyn, err := dynamic.NewForConfig(impersonating("system:serviceaccount:cnrm-system:cnrm-controller-manager-"+manager, ""))
+func kccCandidate(ctx context.Context, t *testing.T, namespace, manager string, denied *int64, mu *sync.Mutex, requests *atomic.Int64) {
+	cfg := impersonating("system:serviceaccount:cnrm-system:cnrm-controller-manager-"+manager, "")
+	// Every request the candidate's client sends, client-go's retries of a
+	// 429 included.
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countRequests{rt, requests} })
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Error(err)
 		return
@@ -196,6 +201,19 @@ func kccCandidate(ctx context.Context, t *testing.T, namespace, manager string, 
 	}
 }
 
+// countRequests counts the requests a client sends.
+type countRequests struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c countRequests) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPatch {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
 // Real client-go leader electors and KCC-shaped MultiClusterLease
 // candidates run for a minute with and without a rate rule, side by side:
 // no elector loses leadership, the shared lease stays fresh, and the writes
@@ -207,7 +225,7 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 	const run = 60 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, ns := range []string{"it-rate", "it-free", "it-mcl-rate", "it-mcl-free"} {
+	for _, ns := range []string{"it-rate", "it-free", "it-coalesce", "it-mcl-rate", "it-mcl-free", "it-mcl-coalesce"} {
 		createNamespace(t, ns)
 	}
 	leaseWatch := func(ns string) watch.Interface {
@@ -228,12 +246,12 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 		}
 		return w
 	}
-	limited, free := countWrites(ctx, t, leaseWatch("it-rate")), countWrites(ctx, t, leaseWatch("it-free"))
-	mclLimited, mclFree := countWrites(ctx, t, mclWatch("it-mcl-rate")), countWrites(ctx, t, mclWatch("it-mcl-free"))
+	limited, free, coalesced := countWrites(ctx, t, leaseWatch("it-rate")), countWrites(ctx, t, leaseWatch("it-free")), countWrites(ctx, t, leaseWatch("it-coalesce"))
+	mclLimited, mclFree, mclCoalesced := countWrites(ctx, t, mclWatch("it-mcl-rate")), countWrites(ctx, t, mclWatch("it-mcl-free")), countWrites(ctx, t, mclWatch("it-mcl-coalesce"))
 
 	var electors []*elector
 	for _, ns := range []string{"a", "b", "c"} {
-		electors = append(electors, runElector(ctx, t, "it-rate", ns), runElector(ctx, t, "it-free", ns))
+		electors = append(electors, runElector(ctx, t, "it-rate", ns), runElector(ctx, t, "it-free", ns), runElector(ctx, t, "it-coalesce", ns))
 	}
 	for _, e := range electors {
 		select {
@@ -243,17 +261,21 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 		}
 	}
 	var mu sync.Mutex
-	var deniedLimited, deniedFree int64
+	var deniedLimited, deniedFree, deniedCoalesced int64
+	var requestsLimited, requestsFree, requestsCoalesced atomic.Int64
 	for _, m := range []string{"a", "b", "c"} {
-		go kccCandidate(ctx, t, "it-mcl-rate", m, &deniedLimited, &mu)
-		go kccCandidate(ctx, t, "it-mcl-free", m, &deniedFree, &mu)
+		go kccCandidate(ctx, t, "it-mcl-rate", m, &deniedLimited, &mu, &requestsLimited)
+		go kccCandidate(ctx, t, "it-mcl-free", m, &deniedFree, &mu, &requestsFree)
+		go kccCandidate(ctx, t, "it-mcl-coalesce", m, &deniedCoalesced, &mu, &requestsCoalesced)
 	}
 	// Let the designation settle before counting.
 	time.Sleep(3 * time.Second)
-	for _, c := range []*writeCounter{limited, free, mclLimited, mclFree} {
+	for _, c := range []*writeCounter{limited, free, coalesced, mclLimited, mclFree, mclCoalesced} {
 		c.start()
 	}
+	r0Free, r0Coalesced := requestsFree.Load(), requestsCoalesced.Load()
 	time.Sleep(run)
+	mclRequestsFree, mclRequestsCoalesced := requestsFree.Load()-r0Free, requestsCoalesced.Load()-r0Coalesced
 
 	for _, e := range electors {
 		if e.lostLeadership() {
@@ -277,6 +299,8 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 	nFree, _ := sum(free)
 	nMCLLimited, gapMCL := sum(mclLimited)
 	nMCLFree, _ := sum(mclFree)
+	nCoalesced, gapCoalesced := sum(coalesced)
+	nMCLCoalesced, gapMCLCoalesced := sum(mclCoalesced)
 	mu.Lock()
 	nDeniedLimited, nDeniedFree := deniedLimited, deniedFree
 	mu.Unlock()
@@ -297,6 +321,20 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 	checkFactor("KCC MultiClusterLease", nMCLFree, nMCLLimited, predictedFactor(5*time.Second, retryPeriod))
 	if gapLimited >= leaseDuration || gapMCL >= leaseDuration {
 		t.Errorf("a rate-limited lease went %s / %s without a write, longer than its %s lease duration", gapLimited, gapMCL, leaseDuration)
+	}
+	// Coalescing (docs/rate-limiting.md): a renewal is stored only once
+	// renewTime has moved coalesceRenewals (7s) past the stored one, so at
+	// most every 8s of 2s renewals: four times fewer writes; the losing
+	// candidates wait for the designation to go stale instead of asking
+	// every 2s.
+	t.Logf("coalesced: %d lease writes (free %d), longest gap %s; shared lease: %d writes (free %d), longest gap %s; %d candidate PATCH requests (free %d)",
+		nCoalesced, nFree, gapCoalesced, nMCLCoalesced, nMCLFree, gapMCLCoalesced, mclRequestsCoalesced, mclRequestsFree)
+	checkFactor("coalesced client-go electors", nFree, nCoalesced, 4)
+	if gapCoalesced >= leaseDuration-4*time.Second || gapMCLCoalesced >= leaseDuration-4*time.Second {
+		t.Errorf("a coalesced lease went %s / %s without a stored renewal, too close to its %s lease duration for followers", gapCoalesced, gapMCLCoalesced, leaseDuration)
+	}
+	if mclRequestsCoalesced == 0 || float64(mclRequestsFree)/float64(mclRequestsCoalesced) < 2 {
+		t.Errorf("requests on the shared lease fell %d -> %d, want at least 2x fewer with backOffLosers", mclRequestsFree, mclRequestsCoalesced)
 	}
 	if nDeniedLimited == 0 || nDeniedFree == 0 {
 		t.Errorf("the non-designated KCC candidates were not refused (denied %d, %d)", nDeniedLimited, nDeniedFree)

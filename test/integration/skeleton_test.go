@@ -64,6 +64,23 @@ rules:
     manager: "system:serviceaccount:it-free:manager-{ns}"
     lease: "leader-{ns}"
   holderBinding: pod
+- name: elector-leases-coalesced
+  resources: [leases]
+  namespaces: [it-coalesce]
+  bind:
+    manager: "system:serviceaccount:it-coalesce:manager-{ns}"
+    lease: "leader-{ns}"
+  holderBinding: pod
+  coalesceRenewals: auto
+  minRenewInterval: auto
+- name: kcc-mcl-coalesced
+  resources: [multiclusterleases]
+  namespaces: [it-mcl-coalesce]
+  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
+  designation: auto
+  coalesceRenewals: auto
+  minRenewInterval: auto
+  backOffLosers: true
 - name: kcc-mcl-limited
   resources: [multiclusterleases]
   namespaces: [it-mcl-rate]
