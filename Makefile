@@ -44,7 +44,7 @@ fmt-check: ## Fail when gofmt would change a file.
 
 # Every Go module of the repository: the product, the measuring programs and
 # the pinned tools (vetted, linted and tested alike).
-MODULES := . test/perf
+MODULES := . test/perf test/cluster
 
 .PHONY: vet
 vet: ## go vet every module, also the dev-tagged command.
@@ -158,6 +158,24 @@ test-e2e-kind: ## kind cluster + image + cert-manager + leaseguard (config/e2e),
 	$(KUBECTL) --context kind-$(KIND_CLUSTER) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
 	$(KIND) get kubeconfig --name $(KIND_CLUSTER) > bin/kind-$(KIND_CLUSTER).kubeconfig
 	E2E_KUBECONFIG=$(CURDIR)/bin/kind-$(KIND_CLUSTER).kubeconfig KUBECTL=$(KUBECTL) go test -count=1 -v ./test/e2e/ -ginkgo.v
+
+##@ Cluster tests (root, Linux: a single-node cluster from binaries, test/cluster)
+
+.PHONY: controlplane-node
+controlplane-node: ## Build (once) the control plane plus kubelet, kube-controller-manager, kube-scheduler, kube-proxy.
+	hack/controlplane.sh "$(CONTROLPLANE_DIR)" --node
+
+.PHONY: test-e2e-cluster
+test-e2e-cluster: ## Cluster up, make deploy (config/e2e-self-managed), e2e suite, fault tests, down; stage timings (root).
+	CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh
+
+.PHONY: test-e2e-cluster-or-skip
+test-e2e-cluster-or-skip: ## test-e2e-cluster where the machine can (root, cgroups, apt); else "skipped: <reason>" and exit 0.
+	@CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh --or-skip
+
+.PHONY: test-e2e-cluster-down
+test-e2e-cluster-down: ## Remove whatever a cluster run left (processes, mounts, iptables chains, bridge, cgroups).
+	hack/e2e-cluster.sh down
 
 .PHONY: help
 help:
