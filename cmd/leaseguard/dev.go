@@ -150,11 +150,11 @@ and renews it every 6s. Try, from the repository root:
 
   # denied: another namespace-mode manager is not the designated one
   kubectl --kubeconfig %[4]s --as system:serviceaccount:cnrm-system:cnrm-controller-manager-team-b \
-    apply --dry-run=server -f config/samples/multiclusterlease.yaml
+    -n %[2]s patch multiclusterlease %[3]s --type merge -p '{"spec":{"leaseDurationSeconds":30}}' --dry-run=server
 
   # denied: not a manager at all
   kubectl --kubeconfig %[4]s --as system:serviceaccount:default:intruder \
-    apply --dry-run=server -f config/samples/multiclusterlease.yaml
+    -n %[2]s patch multiclusterlease %[3]s --type merge -p '{"spec":{"leaseDurationSeconds":30}}' --dry-run=server
 
   # admitted: the manager of team-a writes its own bound Lease
   kubectl --kubeconfig %[4]s --as system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a \

@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// `make run` is `leaseguard dev`: it must reach "ready", and a dry-run write
-// by a manager that is not the designated one must be denied with the rule's
-// message, exactly as the README shows.
+// `make run` is `leaseguard dev`: it must reach "ready", a dry-run write by a
+// manager that is not the designated one must be denied with the rule's
+// message, exactly as the README shows, and every kubectl example dev prints
+// and the README's "Try it" shows must get the verdict its comment says.
 func TestDevReachesReadyAndDeniesANonDesignatedManager(t *testing.T) {
 	dir := t.TempDir()
 	kc := filepath.Join(dir, "dev.kubeconfig")
@@ -82,6 +83,18 @@ func TestDevReachesReadyAndDeniesANonDesignatedManager(t *testing.T) {
 	if got := strings.TrimSpace(string(out)); !want.MatchString(got) {
 		t.Fatalf("kubectl printed:\n%s\nwant to match:\n%s", got, want)
 	}
+
+	// Every example dev prints and the README shows does what it says.
+	printedExamples := kubectlExamples(t, printed.String(), "kubectl")
+	if len(printedExamples) < 3 {
+		t.Fatalf("leaseguard dev printed %d kubectl examples, want 3 or more:\n%s", len(printedExamples), printed.String())
+	}
+	runExamples(t, "leaseguard dev", printedExamples, kc)
+	readmeExamples := kubectlExamples(t, readmeTryIt(t), "$kubectl")
+	if len(readmeExamples) < 4 {
+		t.Fatalf("README's Try it has %d kubectl examples, want 4 or more", len(readmeExamples))
+	}
+	runExamples(t, "README.md", readmeExamples, kc)
 }
 
 func freeAddr(t *testing.T) string {
