@@ -84,11 +84,19 @@ func summarize(name string, events []event, d time.Duration) result {
 // least one replica serves: a guarded write that fails, a leadership lost,
 // an identity change admitted. API-server outages are no fault of the
 // webhook's and are reported, not failed, unless strict.
+//
+// A webhook call that failed open (admitted unguarded) is allowed once per
+// fault: an API server keeps HTTP/1.1 connections to a replica, and one
+// that reuses its idle connection just as the replica closes it on
+// SIGTERM (after the preStop sleep) gets EOF; POST is not retried. Without
+// the preStop sleep a rolling restart fails open 2 to 6 times
+// (docs/reliability.md).
 func assertClean(t *testing.T, r result, strict bool) {
 	t.Helper()
-	if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.failOpen > 0 {
-		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d writes admitted unguarded (webhook call failed open); first ones:\n%s",
-			r.name, r.failedGuarded, r.leadershipsLost, r.wrongAdmissions, r.failOpen, r.examples)
+	const failOpenAllowed = 1
+	if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.failOpen > failOpenAllowed {
+		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d webhook calls failed open (at most %d allowed); first ones:\n%s",
+			r.name, r.failedGuarded, r.leadershipsLost, r.wrongAdmissions, r.failOpen, failOpenAllowed, r.examples)
 	}
 	if strict && r.apiDown > 0 {
 		t.Errorf("%s: %d writes failed at the API server itself:\n%s", r.name, r.apiDown, r.examples)
