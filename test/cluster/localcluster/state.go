@@ -61,7 +61,7 @@ type Record struct {
 	CgroupDirs []string `json:"cgroupDirs,omitempty"`
 	// CreatedDirs are folders outside the state folder that did not exist
 	// before Up and that containerd or the CNI plugins create (removed when
-	// empty).
+	// nothing but empty folders is left in them).
 	CreatedDirs []string `json:"createdDirs,omitempty"`
 }
 

@@ -204,7 +204,9 @@ func (s State) prepareHost() error {
 	}
 	sysctls := readSysctls()
 	var created []string
-	for _, d := range []string{"/run/containerd", "/run/netns", "/var/run/netns"} {
+	// containerd's shim sockets, its pods' network namespaces, libcni's
+	// result cache: made outside the state folder, removed when left empty.
+	for _, d := range []string{"/run/containerd", "/run/netns", "/var/run/netns", "/var/lib/cni"} {
 		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
 			created = append(created, d)
 		}
