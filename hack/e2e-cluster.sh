@@ -2,8 +2,10 @@
 # leaseguard in a real single-node cluster (test/cluster): bring it up from
 # binaries, install leaseguard with `make deploy` (config/e2e-self-managed,
 # image leaseguard:e2e), run the e2e suite and the fault tests against it,
-# and always tear it all down, also after a failure or Ctrl-C. Prints the
-# time of every stage.
+# then reinstall it with the cert-manager overlay (config/e2e; the harness
+# issues the Secret and runs cert-manager's CA injector) and run the e2e
+# suite again, and always tear it all down, also after a failure or Ctrl-C.
+# Prints the time of every stage.
 #
 # Usage:
 #   hack/e2e-cluster.sh            # make test-e2e-cluster
@@ -99,5 +101,16 @@ run_stages() {
 	rm -f "$report"
 	stage faults env -C "$root/test/cluster" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" CLUSTER_STATE_DIR="$state" \
 		CLUSTER_ASSETS="$assets" FAULTS_REPORT="$report" go test -count=1 -race -timeout 15m -v ./faults/ || return 1
+
+	# The cert-manager overlay: cert-manager's images cannot be pulled here,
+	# so the harness issues the Certificate's Secret and runs cert-manager's
+	# real CA injector; then the same e2e suite again.
+	stage undeploy make -C "$root" --no-print-directory undeploy OVERLAY=config/e2e-self-managed IMG=leaseguard:e2e \
+		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	stage cert-manager cluster cert-manager || return 1
+	stage deploy-cert-manager make -C "$root" --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e \
+		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	stage e2e-cert-manager env -C "$root" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" E2E_KUBECONFIG="$kubeconfig" \
+		KUBECTL="$assets/kubectl" go test -count=1 -race ./test/e2e/ -ginkgo.v || return 1
 }
 run_stages || overall=1

@@ -48,7 +48,7 @@ func Down(s State, out io.Writer) error {
 
 	// The kubelet first, so it restarts nothing, then what writes to the
 	// API server or the node's rules.
-	for _, name := range []string{"kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager"} {
+	for _, name := range []string{"cert-manager-cainjector", "kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager"} {
 		note(s.StopRecorded(name, 15*time.Second))
 	}
 	if p, err := s.recorded("containerd"); err == nil && p.Alive() {
@@ -64,6 +64,12 @@ func Down(s State, out io.Writer) error {
 	}
 	note(s.StopRecorded("kube-apiserver", 15*time.Second))
 	note(s.StopRecorded("etcd", 15*time.Second))
+	// Anything else recorded (a component this list does not know yet).
+	procs, err := s.Recorded()
+	note(err)
+	for _, p := range procs {
+		note(s.StopRecorded(p.Name, 15*time.Second))
+	}
 
 	note(removeOwnedChains())
 	note(unmountUnder(s.Dir))

@@ -3,6 +3,7 @@
 //
 //	leaseguard-cluster preflight   # can this machine run it? (installs Debian's containerd, runc, iptables when missing)
 //	leaseguard-cluster up          # build images, start everything, wait for a Ready node
+//	leaseguard-cluster cert-manager # for config/e2e: issue the Certificate's Secret, run cert-manager's CA injector
 //	leaseguard-cluster down        # remove everything the state folder records, report what is left
 //
 // It runs as root. `make test-e2e-cluster` drives it (hack/e2e-cluster.sh).
@@ -33,7 +34,7 @@ func main() {
 	cniBin := fs.String("cni-bin-dir", "", "cache of the built CNI plugins (default <repo>/bin/cluster/cni)")
 	install := fs.Bool("install", true, "preflight: install missing Debian packages with apt-get")
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: leaseguard-cluster preflight|up|down [flags]")
+		fmt.Fprintln(os.Stderr, "usage: leaseguard-cluster preflight|up|cert-manager|down [flags]")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -78,13 +79,33 @@ func main() {
 			fail(fmt.Errorf("up: %w (logs in %s; run `make test-e2e-cluster-down`)", err, s.LogDir()))
 		}
 		fmt.Printf("cluster: up; kubeconfig %s\n", s.AdminKubeconfig())
+	case "cert-manager":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := localcluster.IssueCertManagerSecret(ctx, s, *repo); err != nil {
+			fail(fmt.Errorf("cert-manager: %w", err))
+		}
+		self, err := os.Executable()
+		if err != nil {
+			fail(err)
+		}
+		if err := localcluster.StartCAInjector(s, self, "--state-dir", s.Dir); err != nil {
+			fail(fmt.Errorf("cert-manager: %w", err))
+		}
+		fmt.Println("cluster: cert-manager: Secret issued, CA injector running")
+	case "cainjector":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := localcluster.RunCAInjector(ctx, s); err != nil {
+			fail(fmt.Errorf("cainjector: %w", err))
+		}
 	case "down":
 		signal.Ignore(os.Interrupt) // a second Ctrl-C must not leave half a teardown
 		if err := localcluster.Down(s, os.Stdout); err != nil {
 			fail(fmt.Errorf("down: %w", err))
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q: want preflight, up or down\n", cmd)
+		fmt.Fprintf(os.Stderr, "unknown command %q: want preflight, up, cert-manager or down\n", cmd)
 		os.Exit(2)
 	}
 }
