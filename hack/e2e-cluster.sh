@@ -64,7 +64,7 @@ run | --or-skip) ;;
 esac
 
 rm -f "$timings"
-stage harness-unit-tests bash -c "cd '$root/test/cluster' && go test -count=1 -race ./localcluster/..." || exit 1
+stage harness-unit-tests env -u CLUSTER_STATE_DIR -C "$root/test/cluster" go test -count=1 -race ./... || exit 1
 stage harness-build build_harness || exit 1
 # preflight exits 3 with "skipped: <reason>" where the machine cannot.
 cluster preflight

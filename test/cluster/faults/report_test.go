@@ -45,6 +45,12 @@ func summarize(name string, events []event, d time.Duration) result {
 		}
 	}
 	for _, e := range events {
+		if e.kind == evLeadershipLost {
+			r.leadershipsLost++
+			r.outcomes[e.kind]++
+			example(e)
+			continue
+		}
 		r.outcomes[e.kind+"/"+e.outcome]++
 		if e.outcome == outAPIServerDown || e.outcome == outOther {
 			r.apiDown++
@@ -71,9 +77,6 @@ func summarize(name string, events []event, d time.Duration) result {
 				r.wrongAdmissions++
 				example(e)
 			}
-		case evLeadershipLost:
-			r.leadershipsLost++
-			example(e)
 		}
 	}
 	r.examples = strings.Join(examples, "\n")
