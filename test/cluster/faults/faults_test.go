@@ -200,13 +200,17 @@ func TestFaults(t *testing.T) {
 			down = summarize("all replicas down", w.between(downFrom, time.Now()), time.Since(downFrom))
 			c.scale(t, 2)
 			c.waitDeploymentAvailable(t, 2, nil)
-			return fmt.Sprintf("scaled to 0 for 20 s: %d renewals admitted, %d identity changes refused as webhook unreachable",
-				down.guarded-down.failedGuarded, down.outcomes[evIdentityChange+"/"+outWebhookUnreachable])
+			return fmt.Sprintf("scaled to 0 for 20 s: %d renewals admitted, %d identity changes refused as webhook unreachable, %d non-designated renewals admitted",
+				down.guarded-down.failedGuarded, down.outcomes[evIdentityChange+"/"+outWebhookUnreachable], down.wrongRenewals)
 		})
 		// Fail-closed calls are refusals of identity changes here, by design.
-		if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDown > 0 {
-			t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d API server errors; first ones:\n%s",
-				r.name, r.failedGuarded, r.leadershipsLost, r.wrongAdmissions, r.apiDown, r.examples)
+		// A non-designated manager's renewal changes no identity (every
+		// manager of a cluster sends the same holder): whether it is refused
+		// while leaseguard is down is the split's choice, reported, not
+		// asserted.
+		if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongIdentity > 0 || r.apiDown > 0 {
+			t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d identity changes admitted, %d API server errors; first ones:\n%s",
+				r.name, r.failedGuarded, r.leadershipsLost, r.wrongIdentity, r.apiDown, r.examples)
 		}
 		if down.probes == 0 || down.guarded == 0 {
 			t.Errorf("the workload sent nothing while leaseguard was down: %+v", down)

@@ -23,8 +23,9 @@ type result struct {
 	apiDown         int
 	leadershipsLost int
 	// identity changes and non-designated renewals sent, and how many of
-	// them were admitted.
-	probes, nonDesignated, wrongAdmissions int
+	// them were admitted (wrongAdmissions is the sum).
+	probes, nonDesignated                         int
+	wrongIdentity, wrongRenewals, wrongAdmissions int
 	// failOpen counts the API server's calls to leaseguard that failed and
 	// were admitted unguarded (failurePolicy Ignore), failClosed those that
 	// failed and were refused (Fail): apiserver_admission_webhook_* metrics.
@@ -68,12 +69,14 @@ func summarize(name string, events []event, d time.Duration) result {
 		case evNonDesignated:
 			r.nonDesignated++
 			if e.outcome == outAdmitted {
+				r.wrongRenewals++
 				r.wrongAdmissions++
 				example(e)
 			}
 		case evIdentityChange:
 			r.probes++
 			if e.outcome == outAdmitted {
+				r.wrongIdentity++
 				r.wrongAdmissions++
 				example(e)
 			}
