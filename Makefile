@@ -38,8 +38,9 @@ controlplane: ## Build (once) kube-apiserver, etcd and kubectl into the cache.
 COALESCE ?= policy
 
 .PHONY: manifests
-manifests: ## Generate config/webhook/manifests.yaml from the deployed policy, config/manager/policy.yaml.
+manifests: ## Generate config/webhook/manifests.yaml from the deployed policy, config/manager/policy.yaml, and the e2e overlays' patch from theirs.
 	go run ./cmd/leaseguard manifests --config config/manager/policy.yaml --coalesce $(COALESCE) -o config/webhook/manifests.yaml
+	go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml --coalesce $(COALESCE) --kustomize-patch -o config/e2e-policy/webhooks-patch.yaml
 
 .PHONY: run
 run: controlplane build-dev ## Run leaseguard on a local control plane (leaseguard dev).
@@ -52,7 +53,7 @@ fmt-check: ## Fail when gofmt would change a file.
 
 # Every Go module of the repository: the product, the measuring programs and
 # the pinned tools (vetted, linted and tested alike).
-MODULES := . test/perf test/multicluster
+MODULES := . test/perf test/multicluster test/cluster
 
 .PHONY: vet
 vet: ## go vet every module, also the dev-tagged command.
@@ -196,6 +197,24 @@ TOP_LOAD_LEASES ?= 2000
 .PHONY: top-load-apiserver
 top-load-apiserver: controlplane ## The real `leaseguard top` binary against a real API server, TOP_LOAD_LEASES leases every 2s.
 	cd test/perf && go run ./topload --mode=apiserver --leases=$(TOP_LOAD_LEASES) --writers=$$(( $(TOP_LOAD_LEASES) / 20 ))
+
+##@ Cluster tests (root, Linux: a single-node cluster from binaries, test/cluster)
+
+.PHONY: controlplane-node
+controlplane-node: ## Build (once) the control plane plus kubelet, kube-controller-manager, kube-scheduler, kube-proxy.
+	hack/controlplane.sh "$(CONTROLPLANE_DIR)" --node
+
+.PHONY: test-e2e-cluster
+test-e2e-cluster: ## Cluster up, make deploy (config/e2e-self-managed), e2e suite, fault tests, down; stage timings (root).
+	CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh
+
+.PHONY: test-e2e-cluster-or-skip
+test-e2e-cluster-or-skip: ## test-e2e-cluster where the machine can (root, cgroups, apt); else "skipped: <reason>" and exit 0.
+	@CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh --or-skip
+
+.PHONY: test-e2e-cluster-down
+test-e2e-cluster-down: ## Remove whatever a cluster run left (processes, mounts, iptables chains, bridge, cgroups).
+	hack/e2e-cluster.sh down
 
 .PHONY: help
 help:

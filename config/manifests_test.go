@@ -15,31 +15,42 @@ import (
 )
 
 // config/webhook/manifests.yaml is what `leaseguard manifests` renders for
-// the deployed policy, config/manager/policy.yaml: run `make manifests` after
-// changing either.
+// the deployed policy, config/manager/policy.yaml, and the e2e overlays'
+// patch what it renders for theirs: run `make manifests` after changing
+// either. (test/e2e checks that the patched overlays select what their
+// policy selects.)
 func TestWebhookManifestsAreGeneratedFromThePolicy(t *testing.T) {
-	data, err := os.ReadFile("manager/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := manifests.Render(p, manifests.Defaults())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := r.YAML(manifests.Header("config/manager/policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Files.ReadFile(WebhooksPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) {
-		t.Fatalf("config/webhook/manifests.yaml is not what config/manager/policy.yaml renders: run `make manifests`")
+	for _, c := range []struct {
+		policy, generated string
+		render            func(*manifests.Rendered, string) ([]byte, error)
+		header            func(string) string
+	}{
+		{"manager/policy.yaml", "webhook/manifests.yaml", (*manifests.Rendered).YAML, manifests.Header},
+		{"e2e-policy/policy.yaml", "e2e-policy/webhooks-patch.yaml", (*manifests.Rendered).KustomizePatch, manifests.PatchHeader},
+	} {
+		data, err := os.ReadFile(c.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+		if err != nil {
+			t.Fatalf("%s: %v", c.policy, err)
+		}
+		r, err := manifests.Render(p, manifests.Defaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.render(r, c.header("config/"+c.policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(c.generated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("config/%s is not what config/%s renders: run `make manifests`", c.generated, c.policy)
+		}
 	}
 }
 

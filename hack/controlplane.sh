@@ -5,10 +5,23 @@
 # minutes on a cold Go cache for kube-apiserver); a binary already in the cache
 # is never rebuilt.
 #
-# Usage: hack/controlplane.sh DEST_DIR
+# With --node it also builds the node components of the cluster harness
+# (test/cluster): kubelet, kube-controller-manager, kube-scheduler and
+# kube-proxy, from the same pinned k8s.io/kubernetes (about seven minutes more
+# on a cold cache once kube-apiserver's packages are built).
+#
+# Usage: hack/controlplane.sh DEST_DIR [--node]
 set -euo pipefail
 
-dest=${1:?usage: hack/controlplane.sh DEST_DIR}
+dest=${1:?usage: hack/controlplane.sh DEST_DIR [--node]}
+node=${2:-}
+case "$node" in
+"" | --node) ;;
+*)
+	echo "usage: hack/controlplane.sh DEST_DIR [--node]" >&2
+	exit 2
+	;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/test/tools"
 
@@ -46,3 +59,9 @@ build etcd go.etcd.io/etcd/server/v3 "-X go.etcd.io/etcd/api/v3/version.GitSHA=$
 build kubectl k8s.io/kubernetes/cmd/kubectl "$(version_flags)"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(version_flags)"
 echo "controlplane: kube-apiserver $k8s_version, etcd $etcd_version, kubectl $k8s_version ready in $dest"
+if [ "$node" = --node ]; then
+	for component in kube-controller-manager kube-scheduler kube-proxy kubelet; do
+		build "$component" "k8s.io/kubernetes/cmd/$component" "$(version_flags)"
+	done
+	echo "controlplane: kubelet, kube-controller-manager, kube-scheduler, kube-proxy $k8s_version ready in $dest"
+fi

@@ -15,7 +15,7 @@ import (
 func newManifestsCommand() *cobra.Command {
 	o := manifests.Defaults()
 	var configPath, caFile, outPath, coalesce string
-	var strict bool
+	var strict, kustomizePatch bool
 	cmd := &cobra.Command{
 		Use:   "manifests --config policy.yaml",
 		Short: "Print the webhook configurations (and coalescing policy) that enforce a policy",
@@ -40,6 +40,7 @@ the broader match and says so on standard error and in the output.`,
 	fs.BoolVar(&o.FailOpen, "fail-open", false, "failurePolicy Ignore everywhere: identity changes pass too while leaseguard is down (docs/security.md)")
 	fs.StringVar(&coalesce, "coalesce", string(manifests.CoalesceInAPIServer), `where early renewals are coalesced: "policy" (a MutatingAdmissionPolicy in the API server), "webhook" (leaseguard's mutating webhook) or "off"`)
 	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
+	fs.BoolVar(&kustomizePatch, "kustomize-patch", false, "print strategic-merge patches for a kustomize overlay of config/default that swaps in this policy (config/e2e-policy is one)")
 	fs.BoolVar(&strict, "strict", false, "exit 1 when the rendering is broader than the policy anywhere")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -70,7 +71,12 @@ the broader match and says so on standard error and in the output.`,
 		if err != nil {
 			return err
 		}
-		data, err := r.YAML(manifests.Header(configPath))
+		var data []byte
+		if kustomizePatch {
+			data, err = r.KustomizePatch(manifests.PatchHeader(configPath))
+		} else {
+			data, err = r.YAML(manifests.Header(configPath))
+		}
 		if err != nil {
 			return err
 		}

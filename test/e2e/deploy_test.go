@@ -11,7 +11,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
 var _ = Describe("the deployable package", func() {
@@ -73,6 +80,75 @@ var _ = Describe("the deployable package", func() {
 			"Deployment", "PodDisruptionBudget", "Issuer", "Certificate", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"),
 		Entry("config/self-managed", "config/self-managed", "Namespace", "ServiceAccount", "ConfigMap", "Service", "Deployment",
 			"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"),
+		Entry("config/e2e (cert-manager, the e2e policy)", "config/e2e", "ConfigMap", "Certificate", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"),
+		Entry("config/e2e-self-managed (the e2e policy)", "config/e2e-self-managed", "ConfigMap", "Role", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"),
+	)
+
+	// An overlay that swaps the policy must swap the webhook configurations
+	// too, or leaseguard is never called for what its policy selects (or is
+	// called for what it does not): config/e2e-policy patches them with what
+	// `leaseguard manifests --kustomize-patch` renders for its policy.
+	DescribeTable("installs the webhook configurations its policy renders", func(overlay, policyFile string) {
+		root, err := controlplane.RepoRoot()
+		Expect(err).NotTo(HaveOccurred())
+		built, err := exec.Command(env.kubectl, "kustomize", filepath.Join(root, overlay)).Output()
+		Expect(err).NotTo(HaveOccurred(), "kubectl kustomize "+overlay)
+		p, _, err := policyfile.Load(filepath.Join(root, policyFile), policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+		Expect(err).NotTo(HaveOccurred())
+		want, err := manifests.Render(p, manifests.Defaults())
+		Expect(err).NotTo(HaveOccurred())
+
+		var got manifests.Rendered
+		for _, doc := range bytes.Split(built, []byte("\n---\n")) {
+			var meta metav1.TypeMeta
+			Expect(yaml.Unmarshal(doc, &meta)).To(Succeed())
+			switch meta.Kind {
+			case "ValidatingWebhookConfiguration":
+				got.Validating = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+				Expect(yaml.UnmarshalStrict(doc, got.Validating)).To(Succeed())
+			case "MutatingWebhookConfiguration":
+				got.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
+				Expect(yaml.UnmarshalStrict(doc, got.Mutating)).To(Succeed())
+			case "MutatingAdmissionPolicy":
+				got.Coalescing = &admissionregistrationv1.MutatingAdmissionPolicy{}
+				Expect(yaml.UnmarshalStrict(doc, got.Coalescing)).To(Succeed())
+			}
+		}
+		// What the base decides stays: the Service and its namespace, the
+		// CA; only the path comes from the rendering.
+		service := func(c admissionregistrationv1.WebhookClientConfig) string {
+			Expect(c.Service).NotTo(BeNil())
+			Expect(c.Service.Name).To(Equal("leaseguard-webhook-service"))
+			Expect(c.Service.Namespace).To(Equal("leaseguard-system"))
+			return *c.Service.Path
+		}
+		Expect(got.Validating).NotTo(BeNil())
+		Expect(got.Validating.Webhooks).To(HaveLen(len(want.Validating.Webhooks)))
+		for i, w := range want.Validating.Webhooks {
+			g := got.Validating.Webhooks[i]
+			Expect(service(g.ClientConfig)).To(Equal(*w.ClientConfig.Service.Path))
+			g.ClientConfig, w.ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
+			Expect(g).To(Equal(w), "webhook %s", w.Name)
+		}
+		Expect(got.Mutating == nil).To(Equal(want.Mutating == nil), "a MutatingWebhookConfiguration when the policy needs one")
+		if want.Mutating != nil {
+			Expect(got.Mutating.Webhooks).To(HaveLen(len(want.Mutating.Webhooks)))
+			for i, w := range want.Mutating.Webhooks {
+				g := got.Mutating.Webhooks[i]
+				Expect(service(g.ClientConfig)).To(Equal(*w.ClientConfig.Service.Path))
+				g.ClientConfig, w.ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
+				Expect(g).To(Equal(w), "webhook %s", w.Name)
+			}
+		}
+		Expect(got.Coalescing == nil).To(Equal(want.Coalescing == nil), "a coalescing policy when the policy coalesces")
+		if want.Coalescing != nil {
+			Expect(got.Coalescing.Spec).To(Equal(want.Coalescing.Spec))
+		}
+	},
+		Entry("config/default", "config/default", "config/manager/policy.yaml"),
+		Entry("config/self-managed", "config/self-managed", "config/manager/policy.yaml"),
+		Entry("config/e2e", "config/e2e", "config/e2e-policy/policy.yaml"),
+		Entry("config/e2e-self-managed", "config/e2e-self-managed", "config/e2e-policy/policy.yaml"),
 	)
 
 	It("runs its Deployment under the restricted security settings", func() {

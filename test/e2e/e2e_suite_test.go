@@ -2,11 +2,11 @@
 // mode played by impersonated manager identities against a real API server.
 //
 // By default it starts the local control plane (kube-apiserver, etcd) and the
-// real `leaseguard serve` with config/e2e/policy.yaml. It runs against another
-// cluster only when asked explicitly: with E2E_KUBECONFIG set it runs
+// real `leaseguard serve` with config/e2e-policy/policy.yaml. It runs against
+// another cluster only when asked explicitly: with E2E_KUBECONFIG set it runs
 // unchanged against that cluster, where leaseguard must already be deployed
-// with the config/e2e overlay (`make test-e2e-kind` and `make
-// test-e2e-cluster` do all that). An ambient KUBECONFIG is never used: the
+// with that policy (`make test-e2e-kind` deploys config/e2e, `make
+// test-e2e-cluster` config/e2e-self-managed). An ambient KUBECONFIG is never used: the
 // suite creates namespaces and a ClusterRole granting writes on every lease,
 // which have no place in a cluster nobody named for it.
 package e2e
@@ -75,7 +75,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	root, err := controlplane.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	env.policyPath = filepath.Join(root, "config", "e2e", "policy.yaml")
+	env.policyPath = filepath.Join(root, "config", "e2e-policy", "policy.yaml")
 
 	if kc := os.Getenv(ExternalClusterVariable); kc != "" {
 		By("using the cluster of " + ExternalClusterVariable + "=" + kc + " (leaseguard deployed with config/e2e)")

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# leaseguard in a real single-node cluster (test/cluster): bring it up from
+# binaries, install leaseguard with `make deploy` (config/e2e-self-managed,
+# image leaseguard:e2e), run the e2e suite and the fault tests against it,
+# then reinstall it with the cert-manager overlay (config/e2e; the harness
+# issues the Secret and runs cert-manager's CA injector) and run the e2e
+# suite again, and always tear it all down, also after a failure or Ctrl-C.
+# Prints the time of every stage.
+#
+# Usage:
+#   hack/e2e-cluster.sh            # make test-e2e-cluster
+#   hack/e2e-cluster.sh --or-skip  # the same, but exit 0 with "skipped: <reason>" where the machine cannot
+#   hack/e2e-cluster.sh down       # make test-e2e-cluster-down: remove what a run left
+#
+# Environment: CLUSTER_STATE_DIR (default ${TMPDIR:-/tmp}/leaseguard-cluster),
+# CONTROLPLANE_DIR (the Kubernetes binaries, built there when missing),
+# FAULTS_REPORT (where the fault table goes, default bin/cluster/faults-report.md).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$root/test/tools/go.mod")
+assets=${CONTROLPLANE_DIR:-$root/bin/controlplane/$k8s_version}
+state=${CLUSTER_STATE_DIR:-${TMPDIR:-/tmp}/leaseguard-cluster}
+harness=$root/bin/leaseguard-cluster
+report=${FAULTS_REPORT:-$root/bin/cluster/faults-report.md}
+timings=$root/bin/cluster/stages.txt
+mode=${1:-run}
+
+mkdir -p "$root/bin/cluster"
+
+# stage NAME COMMAND...: run one stage, print and record its time.
+stage() {
+	local name=$1 start status
+	shift
+	start=$(date +%s)
+	echo "==> cluster stage: $name"
+	"$@"
+	status=$?
+	local took=$(($(date +%s) - start)) result=ok
+	[ "$status" -eq 0 ] || result="FAILED (exit $status)"
+	printf '%-22s %5ss  %s\n' "$name" "$took" "$result" >>"$timings"
+	echo "<== cluster stage: $name: ${took}s, $result"
+	return "$status"
+}
+
+build_harness() {
+	(cd "$root/test/cluster" && go build -o "$harness" ./cmd/leaseguard-cluster)
+}
+
+cluster() { # the harness runs in its module folder (it builds the pause program there)
+	(cd "$root/test/cluster" && "$harness" "$@" --state-dir "$state")
+}
+
+case "$mode" in
+down)
+	build_harness && cluster down
+	exit $?
+	;;
+run | --or-skip) ;;
+*)
+	echo "usage: hack/e2e-cluster.sh [--or-skip | down]" >&2
+	exit 2
+	;;
+esac
+
+rm -f "$timings"
+stage harness-unit-tests env -u CLUSTER_STATE_DIR -C "$root/test/cluster" go test -count=1 -race ./... || exit 1
+stage harness-build build_harness || exit 1
+# preflight exits 3 with "skipped: <reason>" where the machine cannot.
+cluster preflight
+status=$?
+if [ "$status" -eq 3 ]; then
+	[ "$mode" = --or-skip ] && exit 0
+	exit 1
+fi
+[ "$status" -eq 0 ] || exit "$status"
+
+# From here on the machine changes: tear down on any exit.
+overall=0
+teardown() {
+	trap - EXIT INT TERM
+	stage down cluster down || overall=1
+	echo "cluster stages:"
+	cat "$timings"
+	[ -f "$report" ] && { echo "fault report ($report):"; cat "$report"; }
+	exit "$overall"
+}
+trap teardown EXIT
+trap 'echo "interrupted: tearing down"; overall=130; exit 130' INT TERM
+
+run_stages() {
+	stage kubernetes-binaries "$root/hack/controlplane.sh" "$assets" --node || return 1
+	stage up cluster up --assets "$assets" || return 1
+	local kubeconfig=$state/admin.kubeconfig
+	stage deploy make -C "$root" --no-print-directory deploy OVERLAY=config/e2e-self-managed IMG=leaseguard:e2e \
+		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	# The e2e suite, unchanged, against real Pods behind a Service. KUBECONFIG
+	# points nowhere: the suite may only use the cluster it is given.
+	stage e2e env -C "$root" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" E2E_KUBECONFIG="$kubeconfig" \
+		KUBECTL="$assets/kubectl" go test -count=1 -race ./test/e2e/ -ginkgo.v || return 1
+	rm -f "$report"
+	stage faults env -C "$root/test/cluster" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" CLUSTER_STATE_DIR="$state" \
+		CLUSTER_ASSETS="$assets" FAULTS_REPORT="$report" go test -count=1 -race -timeout 15m -v ./faults/ || return 1
+
+	# The cert-manager overlay: cert-manager's images cannot be pulled here,
+	# so the harness issues the Certificate's Secret and runs cert-manager's
+	# real CA injector; then the same e2e suite again.
+	stage undeploy make -C "$root" --no-print-directory undeploy OVERLAY=config/e2e-self-managed IMG=leaseguard:e2e \
+		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	stage cert-manager cluster cert-manager || return 1
+	stage deploy-cert-manager make -C "$root" --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e \
+		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	stage e2e-cert-manager env -C "$root" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" E2E_KUBECONFIG="$kubeconfig" \
+		KUBECTL="$assets/kubectl" go test -count=1 -race ./test/e2e/ -ginkgo.v || return 1
+}
+run_stages || overall=1

@@ -1,0 +1,55 @@
+package faults
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestClassifyTellsLeaseguardFromTheAPIServer(t *testing.T) {
+	lease := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, outAdmitted},
+		{apierrors.NewForbidden(lease, "x", errors.New(`admission webhook "validate.leases.leaseguard.io" denied the request: leaseguard: rule r: ...`)), outDenied},
+		{apierrors.NewInternalError(errors.New(`failed calling webhook "validate.leases.leaseguard.io": failed to call webhook: connection refused`)), outWebhookUnreachable},
+		{apierrors.NewForbidden(lease, "x", errors.New(`User "u" cannot patch resource "leases"`)), outAPIServerDown},
+		{fmt.Errorf("Patch %q: dial tcp 198.18.0.1:6443: connect: connection refused", "https://x"), outAPIServerDown},
+		{apierrors.NewConflict(lease, "x", errors.New("changed")), outConflict},
+		{errors.New("something else"), outOther},
+	} {
+		if got := classify(c.err); got != c.want {
+			t.Errorf("classify(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+func TestSummarizeCountsWhatTheDesignPromisesAgainst(t *testing.T) {
+	now := time.Now()
+	denied := errors.New("leaseguard: denied")
+	events := []event{
+		{at: now, kind: evGuardedWrite, outcome: outAdmitted},
+		{at: now, kind: evGuardedWrite, outcome: outWebhookUnreachable, detail: "refused"},
+		{at: now, kind: evGuardedWrite, outcome: outAPIServerDown},
+		{at: now, kind: evNonDesignated, outcome: outDenied, detail: denied.Error()},
+		{at: now, kind: evNonDesignated, outcome: outAdmitted},
+		{at: now, kind: evIdentityChange, outcome: outAdmitted},
+		{at: now, kind: evIdentityChange, outcome: outWebhookUnreachable},
+		{at: now, kind: evLeadershipLost, outcome: outOther},
+	}
+	r := summarize("f", events, time.Second)
+	if r.guarded != 3 || r.failedGuarded != 1 || r.apiDown != 1 || r.nonDesignated != 2 || r.probes != 2 ||
+		r.wrongAdmissions != 2 || r.wrongIdentity != 1 || r.wrongRenewals != 1 || r.leadershipsLost != 1 {
+		t.Fatalf("summary: %+v", r)
+	}
+	if report := renderReport([]result{r}); !strings.Contains(report, "| f | 1 s | 3 | 1 | 1 | 2 + 2 | 2 | 0 / 0 |") {
+		t.Fatalf("report:\n%s", report)
+	}
+}

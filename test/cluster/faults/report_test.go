@@ -1,0 +1,172 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// result is what one fault did to the workload.
+type result struct {
+	name     string
+	duration time.Duration
+	// guarded writes the policy admits (leaders' Lease writes, the
+	// designated manager's renewals), and how many failed for a reason of
+	// the webhook's (refused, or denied by leaseguard).
+	guarded, failedGuarded int
+	// writes that found the API server itself unavailable.
+	apiDown         int
+	leadershipsLost int
+	// identity changes and non-designated renewals sent, and how many of
+	// them were admitted (wrongAdmissions is the sum).
+	probes, nonDesignated                         int
+	wrongIdentity, wrongRenewals, wrongAdmissions int
+	// failOpen counts the API server's calls to leaseguard that failed and
+	// were admitted unguarded (failurePolicy Ignore), failClosed those that
+	// failed and were refused (Fail): apiserver_admission_webhook_* metrics.
+	failOpen, failClosed int
+	outcomes             map[string]int
+	examples             string
+	notes                string
+}
+
+func summarize(name string, events []event, d time.Duration) result {
+	r := result{name: name, duration: d, outcomes: map[string]int{}}
+	var examples []string
+	shown := map[string]int{}
+	example := func(e event) {
+		if shown[e.kind] < 5 {
+			shown[e.kind]++
+			examples = append(examples, fmt.Sprintf("%s %s %s: %s (%s)", e.at.Format("15:04:05.000"), e.kind, e.who, e.outcome, e.detail))
+		}
+	}
+	for _, e := range events {
+		if e.kind == evLeadershipLost {
+			r.leadershipsLost++
+			r.outcomes[e.kind]++
+			example(e)
+			continue
+		}
+		r.outcomes[e.kind+"/"+e.outcome]++
+		if e.outcome == outAPIServerDown || e.outcome == outOther {
+			r.apiDown++
+			if e.outcome == outOther {
+				example(e)
+			}
+		}
+		switch e.kind {
+		case evGuardedWrite:
+			r.guarded++
+			if e.outcome == outDenied || e.outcome == outWebhookUnreachable {
+				r.failedGuarded++
+				example(e)
+			}
+		case evNonDesignated:
+			r.nonDesignated++
+			if e.outcome == outAdmitted {
+				r.wrongRenewals++
+				r.wrongAdmissions++
+				example(e)
+			}
+		case evIdentityChange:
+			r.probes++
+			if e.outcome == outAdmitted {
+				r.wrongIdentity++
+				r.wrongAdmissions++
+				example(e)
+			}
+		}
+	}
+	r.examples = strings.Join(examples, "\n")
+	return r
+}
+
+// assertClean fails on what the design promises never happens while at
+// least one replica serves: a guarded write that fails, a leadership lost,
+// an identity change admitted. API-server outages are no fault of the
+// webhook's and are reported, not failed, unless strict.
+//
+// A webhook call that failed open (admitted unguarded) is allowed once per
+// fault: an API server keeps HTTP/1.1 connections to a replica, and one
+// that reuses its idle connection just as the replica closes it on
+// SIGTERM (after the preStop sleep) gets EOF; POST is not retried. Without
+// the preStop sleep a rolling restart fails open 2 to 6 times
+// (docs/reliability.md).
+func assertClean(t *testing.T, r result, strict bool) {
+	t.Helper()
+	const failOpenAllowed = 1
+	if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.failOpen > failOpenAllowed {
+		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d webhook calls failed open (at most %d allowed); first ones:\n%s",
+			r.name, r.failedGuarded, r.leadershipsLost, r.wrongAdmissions, r.failOpen, failOpenAllowed, r.examples)
+	}
+	if strict && r.apiDown > 0 {
+		t.Errorf("%s: %d writes failed at the API server itself:\n%s", r.name, r.apiDown, r.examples)
+	}
+}
+
+// webhookFailures reads the API server's counts of failed calls to
+// leaseguard's webhooks: admitted anyway (fail open) and refused.
+func webhookFailures(ctx context.Context, admin kubernetes.Interface) (failOpen, failClosed int, err error) {
+	raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, `.leaseguard.io"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(f[1], &v); err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "apiserver_admission_webhook_fail_open_count{"):
+			failOpen += int(v)
+		case strings.HasPrefix(line, "apiserver_admission_webhook_rejection_count{") && strings.Contains(line, `error_type="calling_webhook_error"`):
+			failClosed += int(v)
+		}
+	}
+	return failOpen, failClosed, nil
+}
+
+// counterDelta is after-before, or after when the counter was reset (the API
+// server restarted in between).
+func counterDelta(before, after int) int {
+	if after < before {
+		return after
+	}
+	return after - before
+}
+
+func renderReport(results []result) string {
+	var b strings.Builder
+	b.WriteString("| fault | window | guarded writes | failed guarded writes | leaderships lost | identity changes + non-designated renewals sent | wrong admissions | webhook calls failed open / closed | notes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %.0f s | %d | %d | %d | %d + %d | %d | %d / %d | %s |\n", r.name, r.duration.Seconds(),
+			r.guarded, r.failedGuarded, r.leadershipsLost, r.probes, r.nonDesignated, r.wrongAdmissions, r.failOpen, r.failClosed, r.notes)
+	}
+	b.WriteString("\nOutcomes by kind of write:\n\n")
+	for _, r := range results {
+		var keys []string
+		for k := range r.outcomes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %d", k, r.outcomes[k]))
+		}
+		fmt.Fprintf(&b, "- %s: %s\n", r.name, strings.Join(parts, ", "))
+	}
+	return b.String()
+}
