@@ -5,6 +5,7 @@
 //	leaseguard serve   the webhook server
 //	leaseguard dev     a local control plane with leaseguard installed
 //	leaseguard check   decide one write offline, as the webhook would
+//	leaseguard vap     ValidatingAdmissionPolicies enforcing a policy without the webhook
 package main
 
 import (
@@ -34,7 +35,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newDevCommand(), newCheckCommand(), newManifestsCommand(), &cobra.Command{
+	root.AddCommand(newServeCommand(), newDevCommand(), newCheckCommand(), newManifestsCommand(), newVAPCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },
