@@ -89,6 +89,7 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	@hack/stage.sh lint $(MAKE) --no-print-directory lint
 	@hack/stage.sh unit $(MAKE) --no-print-directory test-unit
 	@hack/stage.sh integration $(GOTEST) ./internal/... ./test/integration/... ./test/certs/...
+	@hack/stage.sh vap $(MAKE) --no-print-directory test-vap
 	@hack/stage.sh e2e $(GOTEST) ./test/e2e/...
 	@hack/stage.sh perf-programs $(MAKE) --no-print-directory test-perf
 	@hack/stage.sh fuzz $(MAKE) --no-print-directory fuzz
@@ -114,6 +115,16 @@ bench: ## Benchmarks of the decision core and of the handler beside a no-op hand
 	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/admission ./webhook/policy | tee bin/bench.txt
 	$(BENCHSTAT) -col /handler -filter '.name:Handler' $(CURDIR)/bin/bench.txt
 	$(BENCHSTAT) -filter '.name:/Decide/' $(CURDIR)/bin/bench.txt
+
+##@ ValidatingAdmissionPolicy mode (docs/vap.md)
+
+.PHONY: vap
+vap: ## Generate config/vap/vap.yaml: the sample policy as ValidatingAdmissionPolicies (leaseguard vap).
+	go run ./cmd/leaseguard vap --config config/samples/policy.yaml --coalesce -o config/vap/vap.yaml
+
+.PHONY: test-vap
+test-vap: controlplane ## Verdict parity of the webhook and the generated policies through two real API servers.
+	$(GOTEST) -v -run 'TestVerdictParity|TestSampleKustomizationEnforces' ./test/vap/...
 
 ##@ Deployment
 
