@@ -195,36 +195,8 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("ownerReferencesSame", "request.operation == 'UPDATE' && object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
 	add("ownershipChanged", "request.operation == 'UPDATE' && !("+v("ownerReferencesSame")+" && object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]))")
 
-	// The server's clock. The API server stamps the managedFields entry of
-	// the write it admits with its clock, after every time it stored
-	// before. The entries this write adds or re-dates ("changed") are that
-	// stamp, unless the write takes no field (then the latest stored time
-	// is the best known), or the API server merged old entries into one
-	// ("ancient-changes", dated in the past), or the client wrote
-	// managedFields itself. So the clock is the earliest changed time not
-	// before the latest stored one: an entry a client dates ahead cannot
-	// move it forward while the stamp is there, and one dated back is
-	// left out. Writes that change entries further apart than the clock
-	// skew are refused (clockRewritten).
-	timeOf := "m.?time.orValue('')"
-	add("storedLatest", ternary("request.operation != 'UPDATE'", "timestamp(0)",
-		"("+managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").map(m, timestamp(m.time)) + "+
-			ternary(managedTimeOK("oldObject.metadata.?creationTimestamp.orValue('')"), "[timestamp(oldObject.metadata.creationTimestamp)]", "[timestamp(0)]")+
-			").max()"))
-	add("storedStamps", ternary("request.operation != 'UPDATE'", "{}",
-		managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").transformMapEntry(i, m, {"+entryKey("m")+": m.time})"))
-	// Built from a guarded ternary and then mapped, so that it type-checks
-	// as a list of timestamps.
-	add("changed", ternary("request.operation == 'UPDATE'", managedFields("object"), "[]")+
-		".filter(m, "+managedTimeOK(timeOf)+" && "+v("storedStamps")+"[?"+entryKey("m")+"].orValue('') != m.time).map(m, timestamp(m.time))")
-	add("stamped", v("changed")+".filter(t, t >= "+v("storedLatest")+")")
-	add("now", ternary("request.operation == 'CREATE'",
-		ternary(managedTimeOK("object.metadata.?creationTimestamp.orValue('')"), "optional.of(timestamp(object.metadata.creationTimestamp))", "optional.none()"),
-		ternary("request.operation == 'UPDATE'",
-			ternary(v("stamped")+".size() > 0", "optional.of("+v("stamped")+".min())",
-				ternary(v("changed")+".size() > 0", "optional.of("+v("changed")+".min())", "optional.of("+v("storedLatest")+")")),
-			"optional.none()")))
-	add("clockRewritten", v("stamped")+".size() > 1 && "+v("stamped")+".max() - "+v("stamped")+".min() > "+c.skewDuration())
+	// The server's clock, from managedFields (docs/vap.md, "The clock").
+	c.clockVariables(add)
 	add("oldRenewWrite", renewWrite("oldObject"))
 	add("newRenewWrite", renewWrite("object"))
 
@@ -254,6 +226,73 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("designatedRelative", relative(v("oldDesignated")))
 	add("fixedRelative", relative(quote(r.FixedManager)))
 	return out
+}
+
+// clockVariables render the server's clock. On CREATE it is
+// creationTimestamp. On UPDATE it is the time of the writer's own
+// managedFields entry, which the API server stamps with its clock (whole
+// seconds) before admission: the entry that owns a field this write
+// changes. The API server takes every changed field from every other
+// entry, so no entry a client writes itself can own one, whatever time it
+// carries. A write that changes no field it could own (it only removes
+// some) is judged at the latest stored time, a lower bound; one that adds
+// or re-dates an entry ahead of the clock is refused (clockRewritten), so
+// that no judged write stores a time ahead.
+func (c *vapCEL) clockVariables(add func(name, expr string)) {
+	timeOf := "m.?time.orValue('')"
+	update := "request.operation == 'UPDATE'"
+	add("storedLatest", ternary("!("+update+")", "timestamp(0)",
+		"("+managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").map(m, timestamp(m.time)) + "+
+			ternary(managedTimeOK("oldObject.metadata.?creationTimestamp.orValue('')"), "[timestamp(oldObject.metadata.creationTimestamp)]", "[timestamp(0)]")+
+			").max()"))
+	// What this write changes, as managedFields name it.
+	var spec []string
+	for _, f := range c.stringFields() {
+		spec = append(spec, ternary(v(field("old", f))+" != "+v(field("new", f)), lit("f:"+f), "''"))
+	}
+	for _, f := range c.timeFields() {
+		spec = append(spec, ternary(v(field("old", f)+"Raw")+" != "+v(field("new", f)+"Raw"), lit("f:"+f), "''"))
+	}
+	for _, f := range c.intFields() {
+		spec = append(spec, ternary(v(field("old", f)+"Raw")+" != "+v(field("new", f)+"Raw"), lit("f:"+f), "''"))
+	}
+	add("changedSpec", ternary(update, "["+strings.Join(spec, ", ")+"].filter(f, f != '')", "[]"))
+	changedKeys := func(field string) string {
+		return ternary(update, "object.metadata.?"+field+".orValue({}).filter(k, oldObject.metadata.?"+field+".orValue({})[?k] != optional.of(object.metadata."+field+"[k]))", "[]")
+	}
+	add("changedLabels", changedKeys("labels"))
+	add("changedAnnotations", changedKeys("annotations"))
+	add("addedFinalizers", ternary(update, "object.metadata.?finalizers.orValue([]).filter(f, !(f in oldObject.metadata.?finalizers.orValue([])))", "[]"))
+	add("changedOwners", ternary(update, "object.metadata.?ownerReferences.orValue([]).filter(r, !(r in oldObject.metadata.?ownerReferences.orValue([]))).map(r, r.?uid.orValue(''))", "[]"))
+	owns := func(path ...string) string {
+		out := "m.?fieldsV1"
+		for _, p := range path {
+			out += "[?" + p + "]"
+		}
+		return out + ".hasValue()"
+	}
+	writer := or(
+		v("changedSpec")+".exists(f, "+owns("'f:spec'", "f")+")",
+		v("changedLabels")+".exists(k, "+owns("'f:metadata'", "'f:labels'", "'f:' + k")+")",
+		v("changedAnnotations")+".exists(k, "+owns("'f:metadata'", "'f:annotations'", "'f:' + k")+")",
+		v("addedFinalizers")+".exists(f, "+owns("'f:metadata'", "'f:finalizers'", "'v:\"' + f + '\"'")+")",
+		v("changedOwners")+".exists(u, "+owns("'f:metadata'", "'f:ownerReferences'", "'k:{\"uid\":\"' + u + '\"}'")+")",
+	)
+	// Built from a guarded ternary and then mapped, so that it type-checks
+	// as a list of timestamps.
+	add("writerStamps", ternary(update, managedFields("object"), "[]")+
+		".filter(m, m.?subresource.orValue('') == '' && "+managedTimeOK(timeOf)+" && "+writer+").map(m, timestamp(m.time))")
+	add("now", ternary("request.operation == 'CREATE'",
+		ternary(managedTimeOK("object.metadata.?creationTimestamp.orValue('')"), "optional.of(timestamp(object.metadata.creationTimestamp))", "optional.none()"),
+		ternary(update,
+			ternary(v("writerStamps")+".size() > 0", "optional.of("+v("writerStamps")+".min())", "optional.of("+v("storedLatest")+")"),
+			"optional.none()")))
+	// Entries this write adds or re-dates, other than by the API server's
+	// stamp: none may lie ahead of the clock.
+	add("storedStamps", ternary("!("+update+")", "{}",
+		managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").transformMapEntry(i, m, {"+entryKey("m")+": m.time})"))
+	add("clockRewritten", ternary(update, managedFields("object"), "[]")+
+		".exists(m, "+managedTimeOK(timeOf)+" && "+v("storedStamps")+"[?"+entryKey("m")+"].orValue('') != m.time && timestamp(m.time) > "+tv(v("now"))+" + "+c.skewDuration()+")")
 }
 
 func (c *vapCEL) acquireOrCreation() string {
@@ -556,7 +595,7 @@ func (c *vapCEL) whoRefusals() []refusal {
 			static:  "leaseguard: cannot decide: request.object: spec." + f + " is not an int32 >= 0",
 			problem: str(lit("leaseguard: cannot decide: request.object: spec."+f), ternary(raw+" < 0", lit(" is negative ("), lit(" is out of range (")), "string("+raw+")", lit(")"))})
 	}
-	add(refusal{code: codeClockRewritten, problem: lit("rewrites managedFields times of"), hint: lit("only the API server stamps the time of this write")})
+	add(refusal{code: codeClockRewritten, problem: lit("dates a managedFields entry ahead of the server clock on"), hint: lit("only the API server dates entries")})
 	if !c.lease() {
 		add(refusal{code: codeStatus, problem: lit("may not write the status of"), hint: lit("status writers: " + orNone(strings.Join(r.StatusWriters, ", ")))})
 	}
