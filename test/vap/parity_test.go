@@ -380,6 +380,11 @@ func report(t *testing.T, results []*result) {
 			}
 		}
 	}
+	for _, r := range results {
+		if r.class == classSupported && r.c.source == "table" && !r.faithful {
+			fmt.Fprintf(&b, "  replayed as a variant (%v %s; the API server set creationTimestamp or managedFields): %s\n", r.model.Verdict, r.model.Invariant, r.c.name)
+		}
+	}
 	shown := 0
 	for _, r := range results {
 		if r.class == classSupported && !r.sameMessage && (!r.webhook.allowed() || len(r.webhook.guardWarnings()) > 0) && shown < 20 {
