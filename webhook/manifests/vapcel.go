@@ -17,17 +17,16 @@ import (
 // ValidatingAdmissionPolicy.
 //
 // One variable, failure, walks the procedure in order and names the first
-// check that fails (” when the write is admitted); each check has one
+// check that fails (empty when the write is admitted); each check has one
 // validation that fails exactly when failure names it, with a
 // messageExpression that writes leaseguard's message. Variables are
 // evaluated lazily and once per request, so a renewal pays only for the
 // checks it reaches. As everywhere in this package, every field read is
 // guarded: an evaluation error refuses the write (failurePolicy Fail).
 //
-// The API server's clock is seen only through metadata.managedFields: the
-// entry of the write being admitted is stamped (whole seconds) before
-// admission, and on CREATE metadata.creationTimestamp. A DELETE has no
-// object, hence no clock.
+// Admission CEL has no clock: the API server's is read where it writes it
+// before admission (clockVariables). A DELETE has no object, hence no
+// clock.
 type vapCEL struct {
 	r    *policy.RuleView
 	res  policy.Resource
@@ -105,7 +104,8 @@ func parsedTime(raw string) string {
 		"optional.of(timestamp("+raw+".upperAscii()))", "optional.none()")
 }
 
-// managedTime reads a managedFields (or metadata) time.
+// managedTimeOK renders "s is a time the policies read" for a
+// managedFields or metadata time (the API server writes them canonical).
 func managedTimeOK(s string) string { return s + ".matches(" + quote(timeRE) + ")" }
 
 func managedFields(obj string) string { return obj + ".metadata.?managedFields.orValue([])" }
@@ -763,8 +763,8 @@ func invariantOf(code string) policy.Invariant {
 
 // message renders leaseguard's one-line message (docs/policy.md,
 // "Messages"): rule, caller, what is wrong, the object and what would be
-// allowed, cut to 255 bytes; ” (the static message then) when a value it
-// includes does not print as itself.
+// allowed, cut to 255 characters. Values that do not print as themselves
+// are not shown (clip).
 func (c *vapCEL) message(f *refusal) string {
 	var msg string
 	if strings.HasPrefix(f.code, codeUnreadable) {
