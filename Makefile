@@ -82,7 +82,7 @@ TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG
 GOTEST := $(TEST_ENV) go test -count=1 -race
 
 .PHONY: test
-test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, e2e, fuzzing.
+test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, a real cluster with faults, fuzzing.
 	@rm -f bin/test-stages.txt
 	@hack/stage.sh controlplane $(MAKE) --no-print-directory controlplane
 	@hack/stage.sh check-tracked-files $(MAKE) --no-print-directory check-tracked-files
@@ -90,8 +90,10 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	@hack/stage.sh lint $(MAKE) --no-print-directory lint
 	@hack/stage.sh unit $(MAKE) --no-print-directory test-unit
 	@hack/stage.sh integration $(GOTEST) ./internal/... ./test/integration/... ./test/certs/...
+	@hack/stage.sh vap $(MAKE) --no-print-directory test-vap
 	@hack/stage.sh e2e $(GOTEST) ./test/e2e/...
 	@hack/stage.sh multicluster $(MAKE) --no-print-directory test-multicluster
+	@hack/stage.sh cluster $(MAKE) --no-print-directory test-e2e-cluster-or-skip
 	@hack/stage.sh perf-programs $(MAKE) --no-print-directory test-perf
 	@hack/stage.sh fuzz $(MAKE) --no-print-directory fuzz
 	@echo "make test: every stage passed"; cat bin/test-stages.txt
@@ -127,6 +129,16 @@ bench: ## Benchmarks of the decision core and of the handler beside a no-op hand
 	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/admission ./webhook/policy | tee bin/bench.txt
 	$(BENCHSTAT) -col /handler -filter '.name:Handler' $(CURDIR)/bin/bench.txt
 	$(BENCHSTAT) -filter '.name:/Decide/' $(CURDIR)/bin/bench.txt
+
+##@ ValidatingAdmissionPolicy mode (docs/vap.md)
+
+.PHONY: vap
+vap: ## Generate config/vap/vap.yaml: the sample policy as ValidatingAdmissionPolicies (leaseguard vap).
+	go run ./cmd/leaseguard vap --config config/samples/policy.yaml --coalesce -o config/vap/vap.yaml
+
+.PHONY: test-vap
+test-vap: controlplane ## Verdict parity of the webhook and the generated policies through two real API servers.
+	$(GOTEST) -v ./test/vap/...
 
 ##@ Deployment
 

@@ -6,6 +6,7 @@
 //	leaseguard dev     a local control plane with leaseguard installed
 //	leaseguard check   decide one write offline, as the webhook would
 //	leaseguard top     live lease traffic per lease, writer and namespace
+//	leaseguard vap     ValidatingAdmissionPolicies enforcing a policy without the webhook
 package main
 
 import (
@@ -35,7 +36,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newDevCommand(), newCheckCommand(), newManifestsCommand(), newTopCommand(), &cobra.Command{
+	root.AddCommand(newServeCommand(), newDevCommand(), newCheckCommand(), newManifestsCommand(), newTopCommand(), newVAPCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },

@@ -22,6 +22,13 @@ type RuleView struct {
 	CoalesceInterval time.Duration
 	MaxLeaseDuration time.Duration
 	Enforcement      Enforcement
+	// MinRenewInterval is the fixed minimum renewal interval (zero: no
+	// limit); AutoRenewInterval says it is derived per object instead
+	// (minRenewInterval: auto). BackOffLosers answers losing candidates
+	// with 429. Generators that cannot enforce these say so.
+	MinRenewInterval  time.Duration
+	AutoRenewInterval bool
+	BackOffLosers     bool
 }
 
 // BindView is a bind template split into its literals and captures:
@@ -50,6 +57,10 @@ func (r *Rule) View() RuleView {
 		CoalesceInterval: r.coalesceInterval,
 		MaxLeaseDuration: r.maxLeaseDuration,
 		Enforcement:      r.enforcement,
+
+		MinRenewInterval:  r.minRenewInterval,
+		AutoRenewInterval: r.autoRenew,
+		BackOffLosers:     r.backOffLosers,
 	}
 	for _, res := range []Resource{Leases, MultiClusterLeases} {
 		if r.resources[resourceIndex(res)] {

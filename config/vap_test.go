@@ -1,0 +1,40 @@
+package config
+
+import (
+	"os"
+	"testing"
+
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+// config/vap/vap.yaml is what `leaseguard vap` renders for the sample
+// policy, config/samples/policy.yaml: run `make vap` after changing either.
+func TestVAPManifestsAreGeneratedFromTheSamplePolicy(t *testing.T) {
+	data, err := os.ReadFile(SamplePolicyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := manifests.VAPDefaults()
+	o.Coalescing = true
+	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: o.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := manifests.RenderVAP(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.YAML(manifests.VAPHeader("--config config/" + SamplePolicyPath + " --coalesce"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("vap/vap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("config/vap/vap.yaml is not what config/samples/policy.yaml renders: run `make vap`")
+	}
+}

@@ -1,0 +1,85 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/leaseguard/leaseguard/config"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+)
+
+// StartWithoutWebhooks starts kube-apiserver and etcd with the
+// MultiClusterLease CRD and lease access for every user, and installs no
+// webhook configuration: for admission that runs inside the API server
+// alone, such as the ValidatingAdmissionPolicies of `leaseguard vap`
+// (InstallVAP). Options other than AssetsDir and Log are ignored.
+func StartWithoutWebhooks(o Options) (*ControlPlane, error) {
+	assets := o.AssetsDir
+	if assets == "" {
+		var err error
+		if assets, err = AssetsDir(); err != nil {
+			return nil, err
+		}
+	}
+	crds, err := config.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDInstallOptions:        envtest.CRDInstallOptions{CRDs: crds},
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	if o.Log != nil {
+		env.ControlPlane.GetAPIServer().Out = o.Log
+		env.ControlPlane.GetAPIServer().Err = o.Log
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	if err := GrantLeaseAccess(context.Background(), cfg); err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("granting lease access: %w", err)
+	}
+	return &ControlPlane{Env: env, Config: cfg, KubectlPath: filepath.Join(assets, "kubectl")}, nil
+}
+
+// InstallVAP creates the rendered ValidatingAdmissionPolicies, their
+// bindings and, when rendered, the coalescing MutatingAdmissionPolicy. The
+// API server enforces them shortly after; callers that need them enforced
+// probe with a write they refuse. (Their status, with the type checking,
+// is written by kube-controller-manager, which this control plane does
+// not run.)
+func InstallVAP(ctx context.Context, cfg *rest.Config, r *manifests.VAPRendered) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	api := cs.AdmissionregistrationV1()
+	if r.Coalescing != nil {
+		if err := InstallCoalescing(ctx, cfg, &manifests.Rendered{Coalescing: r.Coalescing, CoalescingBinding: r.CoalescingBinding}); err != nil {
+			return err
+		}
+	}
+	for _, p := range r.Policies {
+		if _, err := api.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("installing %s: %w", p.Name, err)
+		}
+	}
+	for _, b := range r.Bindings {
+		if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("installing %s: %w", b.Name, err)
+		}
+	}
+	return nil
+}

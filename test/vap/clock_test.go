@@ -1,0 +1,113 @@
+package vap
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+// The policies read the server's clock from managedFields, which clients
+// may write too. A manager that writes twice within one second (so that
+// the API server does not re-date its own entry) and adds an entry dated
+// ahead must not make a fresh designation look stale: the clock is the
+// writer's own entry, and an entry dated ahead is refused. Both API
+// servers refuse the takeover.
+func TestForgedManagedFieldsDoNotMoveTheClock(t *testing.T) {
+	ctx := context.Background()
+	mgrA, mgrB := policy.Caller{Username: "user:mgr-a"}, policy.Caller{Username: "user:mgr-b"}
+	for name, ahead := range map[string]time.Duration{"far ahead": 5 * 365 * 24 * time.Hour, "within the clock skew": time.Second} {
+		t.Run(name, func(t *testing.T) {
+			for _, e := range []*env{webhookEnv, vapEnv} {
+				for attempt := 0; ; attempt++ {
+					out, sameSecond := forgedTakeover(ctx, t, e, mgrA, mgrB, ahead)
+					if !sameSecond && attempt < 5 {
+						continue // the two writes straddled a second: try again
+					}
+					if !sameSecond {
+						t.Fatalf("%s: could not write twice within one second", e.name)
+					}
+					if out.Code != http.StatusForbidden {
+						t.Errorf("%s: the forged takeover got HTTP %d %q", e.name, out.Code, out.Message)
+					}
+					if e == vapEnv && ahead > time.Minute && !strings.Contains(out.Message, "user:mgr-b dates a managedFields entry ahead of the server clock on lease team-auto/forged") {
+						t.Errorf("%s: %s", e.name, out.Message)
+					}
+					if e == vapEnv && ahead < time.Minute && !strings.Contains(out.Message, "user:mgr-b may not take over the designation of lease team-auto/forged (designated: user:mgr-a, stale in ") {
+						t.Errorf("%s: %s", e.name, out.Message)
+					}
+					break
+				}
+			}
+		})
+	}
+}
+
+// forgedTakeover stores a Lease designated to and held by mgrA, renewed
+// now; mgrB labels it right after a second begins, then, within the same
+// second, takes it over with a managedFields entry dated ahead.
+func forgedTakeover(ctx context.Context, t *testing.T, e *env, mgrA, mgrB policy.Caller, ahead time.Duration) (*outcome, bool) {
+	t.Helper()
+	const ns, name = "team-auto", "forged"
+	if err := e.remove(ctx, policy.Leases, ns, name); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.remove(ctx, policy.Leases, ns, name) }()
+	now := time.Now()
+	old := &policy.Object{Namespace: ns, Name: name, Designated: mgrA.Username, HasDesignation: true,
+		Spec: policy.Spec{Holder: "a", RenewTime: now, AcquireTime: now, LeaseDuration: 15 * time.Second}}
+	st, err := e.store(ctx, policy.Leases, old, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	labelled := deepCopy(st.obj)
+	meta := labelled["metadata"].(map[string]any)
+	meta["labels"] = map[string]any{"seen-by": "b"}
+	delete(meta, "managedFields")
+	body, _ := json.Marshal(labelled)
+	path := objectPath(policy.Leases, ns, name, "")
+	out, err := e.do(ctx, mgrB, http.MethodPut, path, body, url.Values{"fieldManager": {"manager-b"}})
+	if err != nil || out.Code != http.StatusOK {
+		t.Fatalf("%s: mgr-b's label: %v HTTP %d %s", e.name, err, out.Code, out.Message)
+	}
+	takeover := out.Body
+	stamp := stampSecond(takeover, "manager-b")
+	meta = takeover["metadata"].(map[string]any)
+	meta["annotations"] = map[string]any{policy.DesignationAnnotation: mgrB.Username}
+	meta["managedFields"] = append(meta["managedFields"].([]any), map[string]any{
+		"manager": "clock", "operation": "Update", "apiVersion": "coordination.k8s.io/v1", "fieldsType": "FieldsV1",
+		"time":     time.Now().Add(ahead).UTC().Truncate(time.Second).Format(time.RFC3339),
+		"fieldsV1": map[string]any{"f:metadata": map[string]any{"f:labels": map[string]any{"f:seen-by": map[string]any{}}}},
+	})
+	spec := takeover["spec"].(map[string]any)
+	spec["holderIdentity"], spec["leaseTransitions"] = "b", 1
+	spec["acquireTime"] = microTime(time.Now())
+	spec["renewTime"] = spec["acquireTime"]
+	body, _ = json.Marshal(takeover)
+	out, err = e.do(ctx, mgrB, http.MethodPut, path, body, url.Values{"fieldManager": {"manager-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both writes were stamped within one second: the API server did not
+	// re-date manager-b's entry.
+	return out, time.Now().UTC().Truncate(time.Second).Equal(stamp)
+}
+
+// stampSecond is the time of a manager's managedFields entry.
+func stampSecond(obj map[string]any, manager string) time.Time {
+	mf, _ := nested(obj, "metadata", "managedFields").([]any)
+	for _, entry := range mf {
+		m, _ := entry.(map[string]any)
+		if m["manager"] == manager {
+			t, _ := time.Parse(time.RFC3339, str(m["time"]))
+			return t
+		}
+	}
+	return time.Time{}
+}

@@ -1,0 +1,284 @@
+package manifests
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+// VAPOptions place the ValidatingAdmissionPolicies that enforce a policy
+// inside the API server (`leaseguard vap`, docs/vap.md).
+type VAPOptions struct {
+	// Prefix names the objects: <prefix>-<rule>-<resource>.
+	Prefix string
+	// Namespace is leaseguard's namespace, never selected, as by the
+	// webhook configurations, so that both modes judge the same writes.
+	Namespace string
+	// Coalescing adds the MutatingAdmissionPolicy that coalesces early
+	// renewals (the one `leaseguard manifests` renders) for the rules that
+	// ask for it; without it, coalesceRenewals is reported as not done.
+	Coalescing bool
+}
+
+// VAPDefaults are those of config/vap.
+func VAPDefaults() VAPOptions {
+	return VAPOptions{Prefix: "leaseguard", Namespace: Defaults().Namespace}
+}
+
+// Support says how much of a policy feature the policies enforce.
+type Support string
+
+// Levels of support.
+const (
+	// Partial: enforced, with a difference the Limit names.
+	Partial Support = "partial"
+	// Unsupported: not enforced at all.
+	Unsupported Support = "unsupported"
+)
+
+// Limit is something a rule asks for that ValidatingAdmissionPolicies do
+// not do, or do differently from leaseguard's webhook.
+type Limit struct {
+	Rule string
+	// Invariant is the docs/design.md §4 invariant concerned; empty for a
+	// feature that is no invariant (designation stamping, coalescing).
+	Invariant policy.Invariant
+	// Field is the policy field that asks for it.
+	Field   string
+	Support Support
+	// What says, in one line, what happens instead.
+	What string
+}
+
+func (l Limit) String() string {
+	inv := ""
+	if l.Invariant != policy.InvariantNone {
+		inv = string(l.Invariant) + ", "
+	}
+	return fmt.Sprintf("rule %s: %s (%s%s): %s", l.Rule, l.Support, inv, l.Field, l.What)
+}
+
+// VAPRendered is a policy rendered as ValidatingAdmissionPolicies: one
+// policy and one binding per rule and resource, and the limits.
+type VAPRendered struct {
+	Policies []*admissionregistrationv1.ValidatingAdmissionPolicy
+	Bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	// Coalescing and its binding are set when VAPOptions.Coalescing is and
+	// a rule coalesces renewals.
+	Coalescing        *admissionregistrationv1.MutatingAdmissionPolicy
+	CoalescingBinding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	// Limits name, per rule and invariant, what the policies do not enforce
+	// as the webhook does. Empty when they enforce the whole policy.
+	Limits []Limit
+	// Notes say where a selection is broader than the policy (as
+	// Rendered.Notes).
+	Notes []string
+}
+
+// RenderVAP renders the ValidatingAdmissionPolicies enforcing p: for each
+// rule and each of its resources, a policy whose matchConditions select
+// what the rule selects (first rule first, never the control plane, never
+// an operator, never a write that changes nothing) and whose CEL follows
+// the decision procedure of docs/policy.md, and a binding whose
+// validationActions are the rule's enforcement (Deny, Warn or Audit).
+// What CEL cannot decide is listed in Limits, never dropped silently.
+func RenderVAP(p *policy.Policy, o VAPOptions) (*VAPRendered, error) {
+	if p == nil || len(p.Rules) == 0 {
+		return nil, fmt.Errorf("rendering needs a policy with at least one rule")
+	}
+	if o.Prefix == "" || o.Namespace == "" {
+		return nil, fmt.Errorf("rendering needs a name prefix and leaseguard's namespace")
+	}
+	rules := make([]policy.RuleView, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = r.View()
+	}
+	g := &generator{o: Options{Namespace: o.Namespace, Prefix: o.Prefix, ServiceName: "unused", Coalescing: CoalesceInAPIServer}, rules: rules}
+	out := &VAPRendered{}
+	for i := range rules {
+		for _, res := range rules[i].Resources {
+			pol, binding := g.vap(i, res, p.ClockSkew)
+			out.Policies = append(out.Policies, pol)
+			out.Bindings = append(out.Bindings, binding)
+		}
+		out.Limits = append(out.Limits, limits(&rules[i], o)...)
+	}
+	if o.Coalescing {
+		out.Coalescing, out.CoalescingBinding = g.coalescingPolicy()
+	}
+	out.Notes = g.notes
+	return out, nil
+}
+
+// limits lists what the policies of rule r do not enforce as the webhook
+// does (docs/vap.md has the table and the reasons).
+func limits(r *policy.RuleView, o VAPOptions) []Limit {
+	var out []Limit
+	add := func(inv policy.Invariant, field string, s Support, what string) {
+		out = append(out, Limit{Rule: r.Name, Invariant: inv, Field: field, Support: s, What: what})
+	}
+	if r.Designation == policy.DesignationAuto {
+		add(policy.InvariantNone, "designation: auto", Unsupported,
+			"nothing stamps the designation (that is leaseguard's mutating webhook): it is recorded only when a manager sets the annotation itself, and while none is recorded every manager writes")
+		add(policy.InvariantDesignatedWriter, "designation: auto", Partial,
+			"a DELETE carries no server clock: another manager's delete is refused while a designation is recorded, even once it is stale")
+	}
+	if r.MinRenewInterval > 0 || r.AutoRenewInterval {
+		add(policy.InvariantRenewalRate, "minRenewInterval", Unsupported,
+			"not enforced: it needs the server's clock to the millisecond and an HTTP 429 with Retry-After, and admission policies see whole seconds and answer 403 or 422 only")
+	}
+	if r.BackOffLosers {
+		add(policy.InvariantDesignatedWriter, "backOffLosers", Partial,
+			"losing candidates are refused with 403, not 429 with a Retry-After: client-go then retries every retry period")
+	}
+	if r.CoalesceInterval > 0 && !o.Coalescing {
+		add(policy.InvariantNone, "coalesceRenewals", Unsupported,
+			"early renewals are stored: coalescing is a MutatingAdmissionPolicy, rendered by `leaseguard manifests` or `leaseguard vap --coalesce`")
+	}
+	if r.Bind != nil && r.Bind.ManagerCaps != 1 {
+		add(policy.InvariantBound, "bind", Unsupported,
+			fmt.Sprintf("template %q has several captures, which CEL cannot compare with the lease name: a manager fitting it may write any lease the rule selects", r.Bind.ManagerText))
+	}
+	return out
+}
+
+func (g *generator) vap(i int, res policy.Resource, skew time.Duration) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	r := &g.rules[i]
+	c := &vapCEL{r: r, res: res, skew: skew}
+	name := g.o.Prefix + "-" + r.Name + "-" + string(res)
+	fail := admissionregistrationv1.Fail
+	equivalent := admissionregistrationv1.Equivalent
+	var rules []admissionregistrationv1.NamedRuleWithOperations
+	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
+	for _, rule := range resourceRules([]policy.Resource{res}, ops, true) {
+		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: rule})
+	}
+	conds := append(controlPlane(),
+		admissionregistrationv1.MatchCondition{Name: "selected-by-rule", Expression: selectsFirst(g.rules, i)},
+		admissionregistrationv1.MatchCondition{Name: "changes-something", Expression: not(noopInOnePass())},
+	)
+	if len(r.Operators) > 0 {
+		// Operators may do any write (docs/policy.md, step 1).
+		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-an-operator", Expression: not(callerMatches(r.Operators))})
+	}
+	labels := map[string]string{"app.kubernetes.io/name": "leaseguard", "leaseguard.io/rule": r.Name}
+	pol := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: g.namespaceSelector([]policy.RuleView{*r}),
+				ResourceRules:     rules,
+				MatchPolicy:       &equivalent,
+			},
+			MatchConditions: conds,
+			Variables:       c.variables(),
+			Validations:     c.validations(),
+		},
+	}
+	action := admissionregistrationv1.Deny
+	switch r.Enforcement {
+	case policy.EnforceWarn:
+		action = admissionregistrationv1.Warn
+	case policy.EnforceAudit:
+		action = admissionregistrationv1.Audit
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{action},
+		},
+	}
+	return pol, binding
+}
+
+// noopInOnePass is noop() with managedFields compared entry by entry in
+// order, in one pass: an admission policy evaluates it on every write it
+// selects, and a pairwise comparison would cost the square of the entries,
+// which a client can make many.
+func noopInOnePass() string {
+	same := func(path string) string { return "object." + path + " == oldObject." + path }
+	mf := func(obj string) string { return obj + ".metadata.?managedFields.orValue([])" }
+	return and(
+		"request.operation == 'UPDATE'",
+		// Status too: a status writer's manager name is the client's to
+		// choose, and a write through the status subresource changes
+		// nothing else.
+		same("?spec"), same("?status"),
+		same("metadata.?labels"), same("metadata.?annotations"),
+		same("metadata.?finalizers"), same("metadata.?ownerReferences"),
+		mf("object")+".size() == "+mf("oldObject")+".size()",
+		mf("object")+".all(i, m, "+mf("oldObject")+"[i].?manager == m.?manager && "+mf("oldObject")+"[i].?operation == m.?operation && "+
+			mf("oldObject")+"[i].?subresource == m.?subresource && "+mf("oldObject")+"[i].?apiVersion == m.?apiVersion && "+
+			mf("oldObject")+"[i].?fieldsV1 == m.?fieldsV1)",
+	)
+}
+
+// callerMatches renders "the username or a group matches one of gs", as
+// operators and status writers are matched.
+func callerMatches(gs []string) string {
+	return or(anyGlob(celUser, gs), "(has("+celGroups+") && "+celGroups+".exists(g, "+anyGlob("g", gs)+"))")
+}
+
+// VAPHeader is the comment on a file `leaseguard vap <args>` writes, args
+// being the flags that choose what is rendered (--config ...).
+func VAPHeader(args string) string {
+	return strings.Join([]string{
+		"Generated by `leaseguard vap " + args + "`: do not edit.",
+		"ValidatingAdmissionPolicies that enforce the policy inside the API server, without",
+		"leaseguard's webhook (docs/vap.md). Regenerate them whenever the policy changes.",
+		"For every rule they read the server's clock, in whole seconds, from managedFields;",
+		"refuse with 403 (422 for unreadable values) where the webhook answers 429 (400); and",
+		"add no warning about a stored field they cannot read. LIMIT lines name the rest.",
+	}, "\n")
+}
+
+// YAML renders the policies as one multi-document YAML file, with a header
+// and, as comments, the limits and notes.
+func (r *VAPRendered) YAML(header string) ([]byte, error) {
+	var comments []string
+	for _, l := range r.Limits {
+		comments = append(comments, "LIMIT: "+l.String())
+	}
+	for _, n := range r.Notes {
+		comments = append(comments, "NOTE: "+n)
+	}
+	var objs []any
+	if r.Coalescing != nil {
+		objs = append(objs, r.Coalescing, r.CoalescingBinding)
+	}
+	for i := range r.Policies {
+		objs = append(objs, r.Policies[i], r.Bindings[i])
+	}
+	return writeYAML(header, comments, objs)
+}
+
+// writeYAML writes objs as a multi-document YAML file after a header and
+// comment lines.
+func writeYAML(header string, comments []string, objs []any) ([]byte, error) {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(header, "\n"), "\n") {
+		b.WriteString("# " + line + "\n")
+	}
+	for _, c := range comments {
+		b.WriteString("# " + c + "\n")
+	}
+	for _, obj := range objs {
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("rendering %T: %w", obj, err)
+		}
+		b.WriteString("---\n")
+		b.Write(dropEmpty(data))
+	}
+	return []byte(b.String()), nil
+}
