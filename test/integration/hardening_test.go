@@ -23,6 +23,7 @@ import (
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // The attacks of docs/security.md, tried through the real API server by
@@ -436,4 +437,105 @@ func TestWebhookServesHTTP1Only(t *testing.T) {
 	if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
 		t.Fatalf("the webhook port negotiated %q", p)
 	}
+}
+
+// The status of a MultiClusterLease says which cluster holds the global
+// lease; only the MultiClusterLease controller writes it. A stranger who
+// reuses the controller's field-manager name changes nothing in
+// managedFields but their time, so a "changes nothing" match condition
+// that forgot status would skip leaseguard and store the forgery: with the
+// fail-closed/fail-open split and with --fail-open alike, it is refused and
+// the stored status stays.
+func TestStatusForgedUnderTheStatusWritersFieldManagerIsRefused(t *testing.T) {
+	ctx := context.Background()
+	createNamespace(t, hardNS)
+	for _, failOpen := range []bool{false, true} {
+		t.Run(map[bool]string{false: "split", true: "fail-open"}[failOpen], func(t *testing.T) {
+			if err := cp.InstallAdmission(ctx, policyPath, manifests.Options{FailOpen: failOpen}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := cp.InstallAdmission(ctx, policyPath, manifests.Options{}); err != nil {
+					t.Error(err)
+				}
+			})
+			name := "forged-status-" + strconv.FormatBool(failOpen)
+			if _, err := hardMCLs(t, hardManagerA).Create(ctx, newHardMCL(name, micro(time.Now())), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = hardMCLs(t, "admin", "system:masters").Delete(ctx, name, metav1.DeleteOptions{})
+			})
+			const manager = "multiclusterlease-controller"
+			status := func(user, holder string) error {
+				current, err := hardMCLs(t, mclCtrl).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = unstructured.SetNestedField(current.Object, holder, "status", "globalHolderIdentity")
+				_, err = hardMCLs(t, user).UpdateStatus(ctx, current, metav1.UpdateOptions{FieldManager: manager})
+				return err
+			}
+			if err := status(mclCtrl, "cluster-a"); err != nil {
+				t.Fatalf("the MultiClusterLease controller writing status: %v", err)
+			}
+			// Within the same second, so that managedFields differ in nothing.
+			err := status(hardManagerB, "cluster-evil")
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "leaseguard: rule hard-mcl: "+hardManagerB) {
+				t.Errorf("forged status by %s: %v, want 403 from leaseguard", hardManagerB, err)
+			}
+			after, err := hardMCLs(t, mclCtrl).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _, _ := unstructured.NestedString(after.Object, "status", "globalHolderIdentity"); got != "cluster-a" {
+				t.Errorf("stored globalHolderIdentity %q after the forgery, want cluster-a", got)
+			}
+		})
+	}
+}
+
+// The fail-open webhook skips writes that change nothing but managedFields
+// times, which it finds by comparing managedFields entry by entry. A Lease
+// stored with thousands of entries must not make that comparison cost more
+// than the API server allows a match condition: an error there skips the
+// fail-open webhook, and a write leaseguard refuses is stored. Here a
+// stranger rewrites one entry of 2,000 (changing nothing else).
+func TestManyManagedFieldsEntriesDoNotSkipTheRenewalsWebhook(t *testing.T) {
+	ctx := context.Background()
+	stored := hardLease(t, "leader-a")
+	padded := stored.DeepCopy()
+	padded.Labels = map[string]string{}
+	const entries = 2000
+	for i := range entries {
+		key := "l" + strconv.Itoa(i)
+		padded.Labels[key] = "v"
+		// Apply entries: the API server keeps at most ten Update managers.
+		padded.ManagedFields = append(padded.ManagedFields, metav1.ManagedFieldsEntry{
+			Manager: "m" + strconv.Itoa(i), Operation: metav1.ManagedFieldsOperationApply, APIVersion: "coordination.k8s.io/v1",
+			Time: ptr.To(metav1.Now()), FieldsType: "FieldsV1",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:` + key + `":{}}}}`)},
+		})
+	}
+	// The labels first, then the entries that own them: entries sent with
+	// a write lose the fields that write changes.
+	labelled := stored.DeepCopy()
+	labelled.Labels = padded.Labels
+	labelled, err := admin.CoordinationV1().Leases(hardNS).Update(ctx, labelled, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	padded.ResourceVersion = labelled.ResourceVersion
+	stored, err = admin.CoordinationV1().Leases(hardNS).Update(ctx, padded, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("the operator's update with %d managedFields entries: %v", entries, err)
+	}
+	if n := len(stored.ManagedFields); n < entries {
+		t.Fatalf("%d managedFields entries stored, want at least %d", n, entries)
+	}
+	forged := stored.DeepCopy()
+	last := &forged.ManagedFields[len(forged.ManagedFields)-1]
+	last.Manager += "-forged"
+	code, msg, _ := put(t, hardManagerB, "b-0", forged)
+	expectRefused(t, stored, http.StatusForbidden, code, msg, "leaseguard: rule hard-leases: "+hardManagerB+" ")
 }

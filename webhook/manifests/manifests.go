@@ -13,6 +13,7 @@ package manifests
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,7 +236,7 @@ func (g *generator) selected() string {
 }
 
 // noop renders "an UPDATE that changes nothing leaseguard guards": the same
-// spec, labels, annotations, finalizers and owner references, and
+// spec, status, labels, annotations, finalizers and owner references, and
 // managedFields that differ at most in their times. The API server stores
 // nothing for such a write (it reverts managedFields times that alone
 // changed), so there is nothing to validate; it is what a coalesced
@@ -245,16 +246,27 @@ func noop() string {
 	return and(
 		"request.operation == 'UPDATE'",
 		same("?spec"),
+		// A status write under the status writer's field-manager name
+		// changes nothing else (docs/security.md).
+		same("?status"),
 		same("metadata.?labels"), same("metadata.?annotations"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"),
 		managedFieldsSameButTime(),
 	)
 }
 
+// maxComparedManagedFields bounds the managedFields entries the match
+// conditions compare pairwise. Past it a write counts as changed and goes to
+// leaseguard: a comparison of thousands of entries (Apply entries are not
+// capped) would exceed the API server's CEL cost limit, and an error in a
+// fail-open webhook's condition skips the webhook. Leases carry a handful.
+const maxComparedManagedFields = 32
+
 // managedFieldsSameButTime renders "the managedFields entries are the same
 // but for their times", which the API server then reverts.
 func managedFieldsSameButTime() string {
 	return and(
+		"object.metadata.?managedFields.orValue([]).size() <= "+strconv.Itoa(maxComparedManagedFields),
 		"object.metadata.?managedFields.orValue([]).size() == oldObject.metadata.?managedFields.orValue([]).size()",
 		"object.metadata.?managedFields.orValue([]).all(m, oldObject.metadata.?managedFields.orValue([]).exists(o, "+
 			"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && "+
@@ -266,7 +278,7 @@ func managedFieldsSameButTime() string {
 // path, a renewal, CEL stops there.
 func noopFirstRenewTime() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
-	return and("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"),
+	return and("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"), same("?status"),
 		same("metadata.?labels"), same("metadata.?annotations"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"), managedFieldsSameButTime())
 }
