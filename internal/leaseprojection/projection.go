@@ -44,6 +44,12 @@ func (p *Projector) Project(res policy.Resource, old, new *policy.Object, at tim
 	if old == nil {
 		req.Operation = policy.Create
 	}
+	// An early renewal the rule coalesces never reaches validation: the
+	// API server acknowledges it and stores nothing.
+	if policy.Coalesce(p.Policy, req) {
+		rule := p.Policy.Select(res, new.Namespace, new.Name)
+		return leasetraffic.Projection{Judged: true, Rule: rule.Name, Coalesced: true, Basis: basis}
+	}
 	d := policy.Decide(p.Policy, req)
 	return leasetraffic.Projection{
 		Judged: true, Rule: d.Rule, Verdict: d.Verdict, Invariant: d.Invariant, Code: d.Code, Basis: basis,

@@ -1,6 +1,8 @@
 package leaseprojection
 
 import (
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -22,12 +24,26 @@ func object(ns, name, holder string, renew time.Duration, designated string) *po
 	return o
 }
 
-func TestProject(t *testing.T) {
-	p, _, err := policyfile.Load("../../config/samples/policy.yaml", policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+// sample is config/samples/policy.yaml, with its coalesceRenewals lines or
+// without them.
+func sample(t *testing.T, coalescing bool) *Projector {
+	t.Helper()
+	data, err := os.ReadFile("../../config/samples/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := &Projector{Policy: p, OwnNamespace: "leaseguard-system"}
+	if !coalescing {
+		data = regexp.MustCompile(`(?m)^\s*coalesceRenewals:.*\n`).ReplaceAll(data, nil)
+	}
+	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Projector{Policy: p, OwnNamespace: "leaseguard-system"}
+}
+
+func TestProject(t *testing.T) {
+	pr := sample(t, false)
 	const pod = "cnrm-controller-manager-team-a-0_1"
 	cases := []struct {
 		name     string
@@ -62,6 +78,40 @@ func TestProject(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := pr.Project(tc.res, tc.old, tc.new, t0.Add(tc.new.Spec.RenewTime.Sub(t0)), tc.status); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// With coalesceRenewals, an early renewal by the rightful renewer never
+// reaches validation: it is projected as coalesced, not as held back; a due
+// renewal, or an early one by someone else, is decided as before.
+func TestProjectCoalescing(t *testing.T) {
+	pr := sample(t, true)
+	const pod = "cnrm-controller-manager-team-a-0_1"
+	mcl := func(holder string, renew time.Duration) *policy.Object {
+		return object("cnrm-system", "kcc-leader", holder, renew, kcc+"team-a")
+	}
+	cases := []struct {
+		name     string
+		res      policy.Resource
+		old, new *policy.Object
+		want     leasetraffic.Projection
+	}{
+		{"shared lease renewed after 2s: coalesced", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 2*time.Second),
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Coalesced: true, Basis: policy.WriterDesignated}},
+		{"bound lease renewed after 2s: coalesced", policy.Leases,
+			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""),
+			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Coalesced: true, Basis: policy.WriterBound}},
+		{"shared lease renewed after the interval: admitted", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 7*time.Second),
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+		{"holder changed 2s later: decided, refused (I4)", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-b", 2*time.Second),
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: policy.WriterDesignated}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pr.Project(tc.res, tc.old, tc.new, t0.Add(tc.new.Spec.RenewTime.Sub(t0)), false); got != tc.want {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})

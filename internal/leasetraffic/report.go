@@ -118,11 +118,14 @@ type Effects struct {
 	// Refused: denied with 403. HeldBack: renewals denied with 429 and
 	// Retry-After (client-go sends them again later). Warned and Audited
 	// would be admitted and counted. Admitted passed every judged check.
-	Refused  int `json:"refused"`
-	HeldBack int `json:"heldBack"`
-	Warned   int `json:"warned"`
-	Audited  int `json:"audited"`
-	Admitted int `json:"admitted"`
+	// Coalesced: early renewals acknowledged without being stored
+	// (coalesceRenewals): the writes the policy saves the API server.
+	Refused   int `json:"refused"`
+	HeldBack  int `json:"heldBack"`
+	Warned    int `json:"warned"`
+	Audited   int `json:"audited"`
+	Admitted  int `json:"admitted"`
+	Coalesced int `json:"coalesced"`
 	// NotJudged: no rule selects the lease, no writer can be assumed, or the
 	// write was to the status.
 	NotJudged int `json:"notJudged"`
@@ -134,6 +137,8 @@ func (e *Effects) add(o outcomeKey, judged bool, n int) {
 		return
 	}
 	switch {
+	case o.coalesced:
+		e.Coalesced += n
 	case o.verdict == policy.Deny && o.code == http.StatusTooManyRequests:
 		e.HeldBack += n
 	case o.verdict == policy.Deny:
@@ -153,6 +158,7 @@ func (e *Effects) plus(o *Effects) {
 	e.Warned += o.Warned
 	e.Audited += o.Audited
 	e.Admitted += o.Admitted
+	e.Coalesced += o.Coalesced
 	e.NotJudged += o.NotJudged
 }
 
@@ -174,7 +180,7 @@ type ProjectedOutcome struct {
 	Verdict   string `json:"verdict"`
 	Invariant string `json:"invariant,omitempty"`
 	Code      int32  `json:"code,omitempty"`
-	// Effect is refuse, hold back, warn, audit or admit.
+	// Effect is refuse, hold back, warn, audit, coalesce or admit.
 	Effect string `json:"effect"`
 	// WriterBasis is how the writer was assumed (policy.WriterBasis).
 	WriterBasis string `json:"writerBasis"`
@@ -461,6 +467,8 @@ func effectName(e *Effects) string {
 		return "warn"
 	case e.Audited > 0:
 		return "audit"
+	case e.Coalesced > 0:
+		return "coalesce"
 	}
 	return "admit"
 }

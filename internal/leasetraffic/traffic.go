@@ -74,6 +74,9 @@ type Projection struct {
 	Code int32
 	// Basis says how the writer was assumed (policy.WriterBasis).
 	Basis policy.WriterBasis
+	// Coalesced: the write is an early renewal the policy coalesces
+	// (coalesceRenewals): acknowledged, never stored, never decided.
+	Coalesced bool
 }
 
 // Projector judges an observed write: the stored object before it (nil for
@@ -124,6 +127,7 @@ type outcomeKey struct {
 	invariant policy.Invariant
 	code      int32
 	basis     policy.WriterBasis
+	coalesced bool
 }
 
 // Options configure an Aggregator.
@@ -230,7 +234,7 @@ func (a *Aggregator) Observe(o *Observation, at time.Time) {
 	if a.projector != nil {
 		p := a.projector.Project(o.Resource, old, &o.Object, at, status)
 		if p.Judged {
-			ev.outcome = a.intern(outcomeKey{p.Rule, p.Verdict, p.Invariant, p.Code, p.Basis})
+			ev.outcome = a.intern(outcomeKey{p.Rule, p.Verdict, p.Invariant, p.Code, p.Basis, p.Coalesced})
 			a.projected[ev.outcome]++
 		}
 	}

@@ -233,15 +233,19 @@ func TestParseSortKey(t *testing.T) {
 	}
 }
 
-// countingProjector holds back every renewal and refuses holder changes.
-type countingProjector struct{}
+// countingProjector holds back every renewal and refuses holder changes;
+// renewals with a renewTime on an even second it coalesces when coalesce is
+// set.
+type countingProjector struct{ coalesce bool }
 
-func (countingProjector) Project(_ policy.Resource, old, new *policy.Object, _ time.Time, status bool) Projection {
+func (c countingProjector) Project(_ policy.Resource, old, new *policy.Object, _ time.Time, status bool) Projection {
 	switch {
 	case status || old == nil:
 		return Projection{}
 	case old.Spec.Holder != new.Spec.Holder:
 		return Projection{Judged: true, Rule: "r", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: http.StatusForbidden}
+	case c.coalesce && new.Spec.RenewTime.Second()%2 == 0:
+		return Projection{Judged: true, Rule: "r", Coalesced: true}
 	}
 	return Projection{Judged: true, Rule: "r", Verdict: policy.Deny, Invariant: policy.InvariantRenewalRate, Code: http.StatusTooManyRequests}
 }
@@ -267,6 +271,30 @@ func TestProjectionCounts(t *testing.T) {
 	want := []ProjectedOutcome{
 		{Rule: "r", Verdict: "deny", Invariant: "I4", Code: 403, Effect: "refuse", Writes: 1},
 		{Rule: "r", Verdict: "deny", Invariant: "I6", Code: 429, Effect: "hold back", Writes: 5},
+	}
+	if fmt.Sprint(r.Policy.Outcomes) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %+v, want %+v", r.Policy.Outcomes, want)
+	}
+}
+
+// Coalesced renewals are counted apart: neither refused nor held back, and
+// not admitted either (never stored).
+func TestProjectionCountsCoalesced(t *testing.T) {
+	a := New(Options{Window: 30 * time.Second, Projector: countingProjector{coalesce: true}})
+	w := newWriter(policy.Leases, "a", "x", "h", "m")
+	a.Seed(&w.obs)
+	a.Start(t0)
+	for i := 1; i <= 6; i++ {
+		w.obs.Object.Spec.RenewTime = t0.Add(time.Duration(i) * time.Second)
+		w.write(a, t0.Add(time.Duration(i)*time.Second), "")
+	}
+	r := a.Report(t0.Add(7*time.Second), ReportOptions{})
+	if p := r.Cluster.Projected; p == nil || p.Coalesced != 3 || p.HeldBack != 3 || p.Admitted != 0 {
+		t.Fatalf("cluster effects %+v, want 3 coalesced, 3 held back", p)
+	}
+	want := []ProjectedOutcome{
+		{Rule: "r", Verdict: "allow", Effect: "coalesce", Writes: 3},
+		{Rule: "r", Verdict: "deny", Invariant: "I6", Code: 429, Effect: "hold back", Writes: 3},
 	}
 	if fmt.Sprint(r.Policy.Outcomes) != fmt.Sprint(want) {
 		t.Fatalf("outcomes %+v, want %+v", r.Policy.Outcomes, want)

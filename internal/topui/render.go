@@ -105,7 +105,7 @@ func Lines(r *leasetraffic.Report, wide bool, st *Status) []string {
 func totals(t *leasetraffic.Totals) string {
 	s := fmt.Sprintf("%d leases, %s writes/s, %d writes, %d contested", t.Leases, rate(t.WritesPerSecond), t.Writes, t.Contested)
 	if p := t.Projected; p != nil {
-		s += fmt.Sprintf("; policy would refuse %d, hold back %d, warn %d, audit %d of them", p.Refused, p.HeldBack, p.Warned, p.Audited)
+		s += fmt.Sprintf("; policy would refuse %d, hold back %d, warn %d, audit %d, coalesce %d of them", p.Refused, p.HeldBack, p.Warned, p.Audited, p.Coalesced)
 	}
 	return s
 }
@@ -284,7 +284,7 @@ func effects(e *leasetraffic.Effects) string {
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{e.Refused, "refuse"}, {e.HeldBack, "hold"}, {e.Warned, "warn"}, {e.Audited, "audit"}} {
+	}{{e.Refused, "refuse"}, {e.HeldBack, "hold"}, {e.Warned, "warn"}, {e.Audited, "audit"}, {e.Coalesced, "coal"}} {
 		if p.n > 0 {
 			parts = append(parts, p.what+" "+strconv.Itoa(p.n))
 		}
