@@ -44,6 +44,7 @@ func newServeCommand() *cobra.Command {
 	fs.DurationVar(&self.CADuration, "ca-duration", 365*24*time.Hour, "self-managed: lifetime of the CA (longer than --leaf-duration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
+	fs.DurationVar(&o.ShutdownDrain, "shutdown-drain", 3*time.Second, "after SIGTERM, keep answering this long with Connection: close before stopping, so the API server's pooled connections end cleanly")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "serve HTTP/2 on the webhook port (off: HTTP/2 rapid-reset and stream cancellation CVEs)")
 	fs.StringVar(&o.Namespace, "namespace", envOr("POD_NAMESPACE", "leaseguard-system"), "leaseguard's own namespace, never guarded")
 	newLogger := loggingFlags(fs, false)

@@ -59,7 +59,7 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 	})
 
 	for _, fault := range []string{"down", "hung"} {
-		It("lets the holder renew and refuses every identity change while leaseguard is "+fault, func() {
+		It("lets the holder renew and refuses every other write while leaseguard is "+fault, func() {
 			stop := stopLeaseguard(fault)
 			defer stop()
 			leases := func(team string) coordinationclient.LeaseInterface {
@@ -85,6 +85,13 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(apierrors.IsInternalError(err)).To(BeTrue(), "HTTP 500 from the API server: %v", err)
 			expectUnchanged(ctx, current)
 
+			By("another manager's plain renewal of the Lease is refused too")
+			bumped := current.DeepCopy()
+			bumped.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			_, err = leases("team-b").Update(ctx, bumped, metav1.UpdateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			expectUnchanged(ctx, current)
+
 			By("the holder itself may not release, delete, or create while nobody can check it")
 			released := current.DeepCopy()
 			released.Spec.HolderIdentity = ptr.To("")
@@ -95,22 +102,19 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(err).To(MatchError(ContainSubstring(failed)))
 			expectUnchanged(ctx, current)
 
-			By("the designated manager renews the shared MultiClusterLease; designation changes, finalizers and status are refused")
+			By("the designated manager renews the shared MultiClusterLease; another manager's renewal, designation changes, finalizers and status are refused")
 			shared := mcls(manager(outageTeam))
 			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))
 			sharedRenewed, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			renewedAt, _, _ := unstructured.NestedString(sharedRenewed.Object, "spec", "renewTime")
 			Expect(renewedAt).To(Equal(micro(mustParse(patch))), "the holder's renewal was stored")
-			// A renewTime-only write fails open whoever sends it: it can keep
-			// the lease alive while nobody checks, never take it.
+			// Only the rightful renewer's renewals flow: another manager's
+			// renewTime-only write is refused like an identity change.
+			before := sharedRenewed
 			later := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now().Add(time.Millisecond)))
-			bumped, err := mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(later), metav1.PatchOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(bumped.GetAnnotations()[designation]).To(Equal(manager(outageTeam)))
-			holder, _, _ := unstructured.NestedString(bumped.Object, "spec", "holderIdentity")
-			Expect(holder).To(Equal("cluster-e2e"))
-			before := bumped
+			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(later), metav1.PatchOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
 			steal := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, designation, manager("team-b"))
 			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(steal), metav1.PatchOptions{})
 			Expect(err).To(MatchError(ContainSubstring(failed)))

@@ -19,8 +19,9 @@ import (
 const (
 	ValidatePath = "/validate-leases"
 	// RenewalsPath serves the fail-open webhook, which the API server calls
-	// for every UPDATE that changes something but is not an identity change
-	// (policy.IdentityChange): the holders' renewals and free metadata.
+	// for every UPDATE that changes something; it decides those the
+	// fail-closed webhook does not (policy.FailClosed): the rightful
+	// renewers' renewals and metadata writes.
 	RenewalsPath = "/validate-renewals"
 	MutatePath   = "/mutate-leases"
 )
@@ -28,9 +29,9 @@ const (
 // Validator is the validating webhook: it enforces docs/design.md §4 on
 // every guarded write.
 type Validator struct {
-	// OnlyRenewals marks the handler of RenewalsPath: it admits identity
-	// changes without deciding them (nor counting them), because the
-	// fail-closed webhook decides them.
+	// OnlyRenewals marks the handler of RenewalsPath: it admits what the
+	// fail-closed webhook decides (policy.FailClosed) without deciding or
+	// counting it.
 	OnlyRenewals bool
 	Policies     PolicySource
 	Metrics      *metrics.Recorder
@@ -59,7 +60,7 @@ func (v *Validator) refusesUnreadable() bool { return true }
 func (v *Validator) decide(r *Review) Answer {
 	start := time.Now()
 	req := r.Request
-	if v.OnlyRenewals && policy.IdentityChange(req) {
+	if v.OnlyRenewals && policy.FailClosed(v.Policies.Policy(), req) {
 		return Answer{Allowed: true}
 	}
 	d := policy.Decide(v.Policies.Policy(), req)

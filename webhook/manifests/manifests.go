@@ -320,10 +320,11 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	}
 	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
 		// Identity changes (creates, deletes, status, holder, lease fields,
-		// designation, finalizers, owner references) are never admitted
-		// without leaseguard.
+		// designation, finalizers, owner references), and any write by
+		// someone other than the rule's rightful renewer, are never
+		// admitted without leaseguard (policy.FailClosed).
 		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
-			Name: "selected-identity-change", Expression: and(selected, identityChange(resources)),
+			Name: "selected-fail-closed", Expression: and(selected, or(identityChange(resources), not(g.rightfulRenewers()))),
 		}),
 		// Every other UPDATE that changes something (the holders' renewals,
 		// free metadata) keeps flowing while leaseguard is down, so no
@@ -335,6 +336,26 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		}),
 	}
 	return cfg
+}
+
+// rightfulRenewers renders "the caller is the rightful renewer of the stored
+// lease under the rule that selects it" (policy.FailClosed). A rule whose
+// renewer CEL cannot say counts every caller as one, and says so.
+func (g *generator) rightfulRenewers() string {
+	parts := make([]string, len(g.rules))
+	for i := range g.rules {
+		renewer, exact := rightfulRenewer(&g.rules[i])
+		if !exact {
+			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: its bind template %q has several captures, which CEL cannot match", g.rules[i].Name, g.rules[i].Bind.ManagerText)
+			renewer = "true"
+		}
+		if len(g.rules) == 1 {
+			// The condition has checked that the one rule selects.
+			return renewer
+		}
+		parts[i] = and(selectsFirst(g.rules, i), renewer)
+	}
+	return or(parts...)
 }
 
 // mutating renders the mutating webhook: for the rules with designation:

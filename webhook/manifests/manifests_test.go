@@ -71,9 +71,12 @@ func TestFailureSplit(t *testing.T) {
 	if *hooks[0].ClientConfig.Service.Path != "/validate-leases" || *hooks[1].ClientConfig.Service.Path != "/validate-renewals" {
 		t.Errorf("paths %s, %s", *hooks[0].ClientConfig.Service.Path, *hooks[1].ClientConfig.Service.Path)
 	}
-	closed := condition(hooks[0].MatchConditions, "selected-identity-change")
+	closed := condition(hooks[0].MatchConditions, "selected-fail-closed")
 	for _, want := range []string{`request.?namespace`, `"team-a"`, "!(request.operation == 'UPDATE'", "object.?spec.?holderIdentity == oldObject.?spec.?holderIdentity",
-		"object.metadata.?finalizers == oldObject.metadata.?finalizers", `object.metadata.?annotations[?"leaseguard.io/designated-manager"]`} {
+		"object.metadata.?finalizers == oldObject.metadata.?finalizers", `object.metadata.?annotations[?"leaseguard.io/designated-manager"]`,
+		// Renewals by anyone but the rightful renewer: a manager, from the
+		// holder's pod.
+		`|| !(request.userInfo.username.startsWith("svc:")`, `authentication.kubernetes.io/pod-name`} {
 		if !strings.Contains(closed, want) {
 			t.Errorf("fail-closed condition lacks %s:\n%s", want, closed)
 		}

@@ -125,6 +125,33 @@ func IdentityChange(req *Request) bool {
 	return false
 }
 
+// FailClosed reports whether the fail-closed webhook decides req, which the
+// fail-open one then leaves alone: every identity change (IdentityChange),
+// and every other write to a lease a rule selects by someone who is not the
+// rule's rightful renewer of it (another manager, a sibling pod, a
+// stranger). Only the rightful renewer's renewals and metadata writes flow
+// while leaseguard is down (docs/security.md). The generated CEL decides
+// the same; where it cannot say who the rightful renewer is (a bind template
+// with several captures), every plain renewal is left to the fail-open
+// webhook, and so here.
+func FailClosed(p *Policy, req *Request) bool {
+	if IdentityChange(req) {
+		return true
+	}
+	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
+	if rule == nil || !rule.RenewerExpressible() {
+		return false
+	}
+	return !rule.rightfulRenewer(&req.Caller, req.Old)
+}
+
+// RenewerExpressible reports whether the rule's rightful renewer can be
+// written in CEL: a bind template with several captures cannot be matched
+// there.
+func (r *Rule) RenewerExpressible() bool {
+	return r.bind == nil || len(r.bind.manager.caps) <= 1
+}
+
 // plainRenewal reports whether new differs from old in renewTime alone, with
 // a holder, as both say: nothing but the clock moves.
 func plainRenewal(old, new *Object) bool {

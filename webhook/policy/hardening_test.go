@@ -296,6 +296,43 @@ func TestCoalesce(t *testing.T) {
 	}
 }
 
+// The fail-closed webhook decides identity changes and every write by
+// someone other than the rightful renewer; the fail-open one only the
+// rightful renewer's renewals and metadata writes.
+func TestFailClosed(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	write := func(ns string, caller Caller, opts ...objOpt) *Request {
+		old := in(Leases, ns)
+		nw := in(Leases, ns, append([]objOpt{renewAt(2 * sec)}, opts...)...)
+		return &Request{Resource: Leases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
+	}
+	deleted := write("hard", podA)
+	deleted.Operation, deleted.New = Delete, nil
+	cases := []struct {
+		name string
+		req  *Request
+		want bool
+	}{
+		{"the designated manager renews from the holder's pod", write("hard", podA), false},
+		{"a sibling pod of the same manager renews", write("hard", podA2), true},
+		{"another manager renews", write("hard", podB), true},
+		{"an operator renews", write("hard", op), true},
+		{"a stranger renews", write("hard", stranger), true},
+		{"the designated manager changes the holder", write("hard", podA, holder("pod_2")), true},
+		{"the designated manager deletes", deleted, true},
+		{"a rule without holder binding: the designated manager renews", write("coalesce", mgrA), false},
+		{"a rule without holder binding: another manager renews", write("coalesce", mgrB), true},
+		{"no rule selects the lease: only identity changes", write("elsewhere", stranger), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := FailClosed(p, c.req); got != c.want {
+				t.Fatalf("FailClosed = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
 func TestCoalescingBoundsTheRateLimit(t *testing.T) {
 	_, errs := compileYAML(t, `apiVersion: leaseguard.io/v1alpha1
 kind: LeasePolicy

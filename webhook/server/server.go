@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -55,6 +56,15 @@ type Options struct {
 	// cancellation CVEs (CVE-2023-44487, CVE-2023-39325): the API server
 	// speaks HTTP/1.1 to webhooks just as well.
 	EnableHTTP2 bool
+	// ShutdownDrain is how long the webhook keeps answering after ctx ends,
+	// with "Connection: close" on every response. The API server reaches a
+	// webhook through the Service's cluster IP and keeps HTTP/1.1
+	// connections to a terminating replica open after its endpoint is
+	// gone; closing such an idle connection under it races its next POST,
+	// which it does not retry, and a fail-open webhook then admits the
+	// write unseen. Answering with "Connection: close" ends each connection
+	// after a completed request instead. Zero stops at once.
+	ShutdownDrain time.Duration
 }
 
 // Run serves until ctx ends. It refuses to start on an invalid policy file
@@ -94,19 +104,37 @@ func Run(ctx context.Context, o Options) error {
 	})
 	// The heaviest leases and writers, served at /debug/leases.
 	leaseStats := leasestats.New(0, 0)
-	srv.Register(admission.ValidatePath, (&admission.Validator{
+	var draining atomic.Bool
+	srv.Register(admission.ValidatePath, closeWhenDraining(&draining, (&admission.Validator{
 		Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
-	}).Handler())
-	srv.Register(admission.RenewalsPath, (&admission.Validator{
+	}).Handler()))
+	srv.Register(admission.RenewalsPath, closeWhenDraining(&draining, (&admission.Validator{
 		OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
-	}).Handler())
-	srv.Register(admission.MutatePath, (&admission.Designator{
+	}).Handler()))
+	srv.Register(admission.MutatePath, closeWhenDraining(&draining, (&admission.Designator{
 		Policies: store, Metrics: rec, Log: log.WithName("designate"),
-	}).Handler())
+	}).Handler()))
 
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return o.Certs.Start(ctx) })
-	g.Go(func() error { return srv.Start(logr.NewContext(ctx, log)) })
+	// The webhook (and the certificates it serves) outlive ctx by the drain.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	g.Go(func() error {
+		defer stopServing()
+		<-ctx.Done()
+		if o.ShutdownDrain <= 0 {
+			return nil
+		}
+		draining.Store(true)
+		log.Info("draining: answering with Connection: close before stopping", "for", o.ShutdownDrain.String())
+		select {
+		case <-time.After(o.ShutdownDrain):
+		case <-serveCtx.Done():
+		}
+		return nil
+	})
+	g.Go(func() error { return o.Certs.Start(serveCtx) })
+	g.Go(func() error { return srv.Start(logr.NewContext(serveCtx, log)) })
 	g.Go(func() error { store.Watch(ctx, o.PolicyReloadInterval); return nil })
 
 	if o.MetricsBindAddress != "0" && o.MetricsBindAddress != "" {
@@ -127,6 +155,18 @@ func Run(ctx context.Context, o Options) error {
 	log.Info("serving", "webhook", net.JoinHostPort(o.WebhookHost, strconv.Itoa(o.WebhookPort)),
 		"metrics", o.MetricsBindAddress, "probes", o.HealthProbeBindAddress)
 	return g.Wait()
+}
+
+// closeWhenDraining answers with "Connection: close" once draining is set,
+// so that the server ends the connection after the response (Options.
+// ShutdownDrain).
+func closeWhenDraining(draining *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func serveProbes(ctx context.Context, addr string, srv webhook.Server) error {

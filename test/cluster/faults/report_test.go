@@ -91,15 +91,16 @@ func summarize(name string, events []event, d time.Duration) result {
 // an identity change admitted. API-server outages are no fault of the
 // webhook's and are reported, not failed, unless strict.
 //
-// A webhook call that failed open (admitted unguarded) is allowed once per
-// fault: an API server keeps HTTP/1.1 connections to a replica, and one
-// that reuses its idle connection just as the replica closes it on
-// SIGTERM (after the preStop sleep) gets EOF; POST is not retried. Without
-// the preStop sleep a rolling restart fails open 2 to 6 times
-// (docs/reliability.md).
+// No webhook call may fail open either. An API server keeps HTTP/1.1
+// connections to a replica; one that reused its idle connection just as
+// the replica closed it on SIGTERM got EOF, and POST is not retried. The
+// replica now drains on SIGTERM (--shutdown-drain: every answer says
+// "Connection: close" before it stops), after the preStop sleep. Without
+// the sleep a rolling restart failed open 2 to 6 times, with it and no
+// drain about once in six runs (docs/reliability.md).
 func assertClean(t *testing.T, r result, strict bool) {
 	t.Helper()
-	const failOpenAllowed = 1
+	const failOpenAllowed = 0
 	if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.failOpen > failOpenAllowed {
 		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d webhook calls failed open (at most %d allowed); first ones:\n%s",
 			r.name, r.failedGuarded, r.leadershipsLost, r.wrongAdmissions, r.failOpen, failOpenAllowed, r.examples)

@@ -53,7 +53,7 @@ rules:
 `
 
 // The names of the setups, in report order.
-var setupNames = []string{"none", "vap", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
+var setupNames = []string{"none", "vap", "leaseguard-vap", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
 
 // setup is one way of admitting the renewals.
 type setup struct {
@@ -108,9 +108,14 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 	if err != nil {
 		return nil, err
 	}
+	generated, err := manifests.RenderVAP(p, manifests.VAPDefaults())
+	if err != nil {
+		return nil, err
+	}
 	b.setups = map[string]*setup{
 		"none":                  {name: "none", namespace: selectedNS, install: nothing, uninstall: nothing, prove: b.admitsIntruder(selectedNS)},
 		"vap":                   b.vapSetup(),
+		"leaseguard-vap":        b.generatedVAPSetup(generated),
 		"noop-webhook":          b.noopSetup(noopURL),
 		"leaseguard-selected":   b.leaseguardSetup(rendered, selectedNS),
 		"leaseguard-unselected": b.leaseguardSetup(rendered, unselectedNS),
@@ -174,6 +179,41 @@ func (b *bench) refusesIntruder(ns, want string) func(context.Context) error {
 			}
 		}
 		return fmt.Errorf("the intruder's write was not refused with %q: %v", want, err)
+	}
+}
+
+// generatedVAPSetup is leaseguard without the webhook: the policy as the
+// ValidatingAdmissionPolicies `leaseguard vap` renders (docs/vap.md).
+func (b *bench) generatedVAPSetup(r *manifests.VAPRendered) *setup {
+	api := b.admin.AdmissionregistrationV1
+	return &setup{
+		name: "leaseguard-vap", namespace: selectedNS,
+		install: func(ctx context.Context) error {
+			for _, p := range r.Policies {
+				if _, err := api().ValidatingAdmissionPolicies().Create(ctx, p.DeepCopy(), metav1.CreateOptions{}); err != nil {
+					return err
+				}
+			}
+			for _, bd := range r.Bindings {
+				if _, err := api().ValidatingAdmissionPolicyBindings().Create(ctx, bd.DeepCopy(), metav1.CreateOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		uninstall: func(ctx context.Context) error {
+			for _, bd := range r.Bindings {
+				_ = api().ValidatingAdmissionPolicyBindings().Delete(ctx, bd.Name, metav1.DeleteOptions{})
+			}
+			var err error
+			for _, p := range r.Policies {
+				if e := api().ValidatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{}); e != nil {
+					err = e
+				}
+			}
+			return err
+		},
+		prove: b.refusesIntruder(selectedNS, "leaseguard: rule bench:"),
 	}
 }
 
