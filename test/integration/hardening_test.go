@@ -514,7 +514,7 @@ func TestManyManagedFieldsEntriesDoNotSkipTheRenewalsWebhook(t *testing.T) {
 		padded.ManagedFields = append(padded.ManagedFields, metav1.ManagedFieldsEntry{
 			Manager: "m" + strconv.Itoa(i), Operation: metav1.ManagedFieldsOperationApply, APIVersion: "coordination.k8s.io/v1",
 			Time: ptr.To(metav1.Now()), FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:` + key + `":{}}}}`)},
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:` + key + `":{}}}}`),
 		})
 	}
 	// The labels first, then the entries that own them: entries sent with

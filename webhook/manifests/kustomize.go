@@ -8,6 +8,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// patchDoc is one strategic-merge patch, as YAML maps.
+type patchDoc = map[string]any
+
 // KustomizePatch renders the configuration as strategic-merge patches for a
 // kustomize overlay of config/default that replaces the policy ConfigMap:
 // the overlay's webhook configurations must then select what its policy's
@@ -22,95 +25,36 @@ import (
 // rule coalesces. The base must have every object and webhook the patch
 // keeps: config/default renders all of them.
 func (r *Rendered) KustomizePatch(header string) ([]byte, error) {
-	type doc = map[string]any
-	var docs []doc
-	toMap := func(obj any) (doc, error) {
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, fmt.Errorf("rendering %T: %w", obj, err)
-		}
-		var m doc
-		if err := yaml.Unmarshal(data, &m); err != nil {
-			return nil, err
-		}
-		return m, nil
-	}
-	ref := func(kind, name string) doc {
-		return doc{"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": doc{"name": name}}
-	}
-	deleted := func(kind, name string) doc {
-		d := ref(kind, name)
-		d["$patch"] = "delete"
-		return d
-	}
-	// webhooks turns a configuration into a patch of its webhooks, keyed by
-	// name, clientConfig reduced to the path. kustomize replaces the lists of
-	// a webhook (rules, matchConditions) whole; the selectors are maps, which
-	// it would merge, so they say so.
-	webhooks := func(cfg any, kind, name string, known []string) (doc, error) {
-		m, err := toMap(cfg)
-		if err != nil {
-			return nil, err
-		}
-		out := ref(kind, name)
-		var list []any
-		present := map[string]bool{}
-		hooks, _ := m["webhooks"].([]any)
-		for _, h := range hooks {
-			w := h.(doc)
-			present[w["name"].(string)] = true
-			if cc, ok := w["clientConfig"].(doc); ok {
-				if svc, ok := cc["service"].(doc); ok {
-					w["clientConfig"] = doc{"service": doc{"path": svc["path"]}}
-				} else {
-					w["clientConfig"] = doc{"url": cc["url"]}
-				}
-			}
-			for _, field := range []string{"namespaceSelector", "objectSelector"} {
-				if s, ok := w[field].(doc); ok {
-					s["$patch"] = "replace"
-				}
-			}
-			list = append(list, w)
-		}
-		for _, n := range known {
-			if !present[n] {
-				list = append(list, doc{"name": n, "$patch": "delete"})
-			}
-		}
-		out["webhooks"] = list
-		return out, nil
-	}
-
+	var docs []patchDoc
 	prefix := strings.TrimSuffix(r.Validating.Name, "-validating-webhook-configuration")
 	mapName := prefix + "-coalesce-renewals"
 	if r.Coalescing != nil {
 		for _, obj := range []any{r.Coalescing, r.CoalescingBinding} {
-			m, err := toMap(obj)
+			m, err := toPatchDoc(obj)
 			if err != nil {
 				return nil, err
 			}
-			delete(m["metadata"].(doc), "labels")
-			m["spec"].(doc)["$patch"] = "replace"
+			delete(m["metadata"].(patchDoc), "labels")
+			m["spec"].(patchDoc)["$patch"] = "replace"
 			docs = append(docs, m)
 		}
 	} else {
-		docs = append(docs, deleted("MutatingAdmissionPolicy", mapName), deleted("MutatingAdmissionPolicyBinding", mapName))
+		docs = append(docs, deletePatch("MutatingAdmissionPolicy", mapName), deletePatch("MutatingAdmissionPolicyBinding", mapName))
 	}
-	v, err := webhooks(r.Validating, "ValidatingWebhookConfiguration", r.Validating.Name, []string{ValidateWebhook, RenewalsWebhook})
+	v, err := webhooksPatch(r.Validating, "ValidatingWebhookConfiguration", r.Validating.Name, []string{ValidateWebhook, RenewalsWebhook})
 	if err != nil {
 		return nil, err
 	}
 	docs = append(docs, v)
 	mutatingName := prefix + "-mutating-webhook-configuration"
 	if r.Mutating != nil {
-		m, err := webhooks(r.Mutating, "MutatingWebhookConfiguration", mutatingName, []string{DesignateWebhook})
+		m, err := webhooksPatch(r.Mutating, "MutatingWebhookConfiguration", mutatingName, []string{DesignateWebhook})
 		if err != nil {
 			return nil, err
 		}
 		docs = append(docs, m)
 	} else {
-		docs = append(docs, deleted("MutatingWebhookConfiguration", mutatingName))
+		docs = append(docs, deletePatch("MutatingWebhookConfiguration", mutatingName))
 	}
 
 	var b bytes.Buffer
@@ -129,4 +73,66 @@ func (r *Rendered) KustomizePatch(header string) ([]byte, error) {
 		b.Write(data)
 	}
 	return b.Bytes(), nil
+}
+
+func toPatchDoc(obj any) (patchDoc, error) {
+	data, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %T: %w", obj, err)
+	}
+	var m patchDoc
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func patchRef(kind, name string) patchDoc {
+	return patchDoc{"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": patchDoc{"name": name}}
+}
+
+func deletePatch(kind, name string) patchDoc {
+	d := patchRef(kind, name)
+	d["$patch"] = "delete"
+	return d
+}
+
+// webhooksPatch turns a configuration into a patch of its webhooks, keyed
+// by name, clientConfig reduced to the path. kustomize replaces the lists
+// of a webhook (rules, matchConditions) whole; the selectors are maps,
+// which it would merge, so they say so. The known webhooks this policy
+// does not need are deleted.
+func webhooksPatch(cfg any, kind, name string, known []string) (patchDoc, error) {
+	m, err := toPatchDoc(cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := patchRef(kind, name)
+	var list []any
+	present := map[string]bool{}
+	hooks, _ := m["webhooks"].([]any)
+	for _, h := range hooks {
+		w := h.(patchDoc)
+		present[w["name"].(string)] = true
+		if cc, ok := w["clientConfig"].(patchDoc); ok {
+			if svc, ok := cc["service"].(patchDoc); ok {
+				w["clientConfig"] = patchDoc{"service": patchDoc{"path": svc["path"]}}
+			} else {
+				w["clientConfig"] = patchDoc{"url": cc["url"]}
+			}
+		}
+		for _, field := range []string{"namespaceSelector", "objectSelector"} {
+			if s, ok := w[field].(patchDoc); ok {
+				s["$patch"] = "replace"
+			}
+		}
+		list = append(list, w)
+	}
+	for _, n := range known {
+		if !present[n] {
+			list = append(list, patchDoc{"name": n, "$patch": "delete"})
+		}
+	}
+	out["webhooks"] = list
+	return out, nil
 }

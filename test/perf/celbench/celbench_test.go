@@ -63,7 +63,7 @@ func write(coalesced bool) *admission.VersionedAttributes {
 		return &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: "kcc-leader-team-a", Namespace: "cnrm-system", ResourceVersion: "42",
 				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "coordination.k8s.io/v1",
-					Time: &metav1.Time{Time: mf}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:holderIdentity":{},"f:leaseDurationSeconds":{},"f:renewTime":{}}}`)}}}},
+					Time: &metav1.Time{Time: mf}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:holderIdentity":{},"f:leaseDurationSeconds":{},"f:renewTime":{}}}`)}}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("cnrm-controller-manager-team-a-0_1f2e"), LeaseDurationSeconds: ptr.To[int32](15),
 				AcquireTime: &metav1.MicroTime{Time: t0.Add(-time.Hour)}, RenewTime: &metav1.MicroTime{Time: renew}, LeaseTransitions: ptr.To[int32](3)},
 		}

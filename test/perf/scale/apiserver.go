@@ -166,7 +166,6 @@ type fleet struct {
 	cfg        *rest.Config
 	leases     *counter
 	mcls       *counter
-	mu         sync.Mutex
 	electors   map[string]*elector // by lease name: the current holder's
 	standbys   map[string]*elector
 	candidates []*candidate
