@@ -79,7 +79,7 @@ check-tracked-files: ## Fail when git tracks a binary or a file over 1 MiB.
 TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG=
 # Packages run under the race detector: every package of the product and its
 # tests starts goroutines somewhere (handlers, reloaders, electors).
-GOTEST := $(TEST_ENV) go test -count=1 -race
+GOTEST := env $(TEST_ENV) go test -count=1 -race
 
 .PHONY: test
 test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, a real cluster with faults, fuzzing.
