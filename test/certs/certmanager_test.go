@@ -40,7 +40,8 @@ func TestCertManagerModeWithTheRealCAInjector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := controlplane.Start(controlplane.Options{})
+	policyPath := writePolicy(t)
+	cp, err := controlplane.Start(controlplane.Options{Policy: policyPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestCertManagerModeWithTheRealCAInjector(t *testing.T) {
 		}
 	}()
 
-	guard, err := cp.StartLeaseguard(binary, writePolicy(t), "--cert-mode", "cert-manager", "--cert-dir", certDir)
+	guard, err := cp.StartLeaseguard(binary, policyPath, "--cert-mode", "cert-manager", "--cert-dir", certDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,8 @@ func TestFileRotationUnderLoad(t *testing.T) {
 	certDir := t.TempDir()
 	ca.issue(t, certDir, 100)
 
-	cp, err := controlplane.Start(controlplane.Options{WebhookCAData: ca.pem, WebhookCertDir: certDir})
+	policyPath := writePolicy(t)
+	cp, err := controlplane.Start(controlplane.Options{Policy: policyPath, WebhookCAData: ca.pem, WebhookCertDir: certDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestFileRotationUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	createNamespace(t, admin, "certs-guarded")
-	guard, err := cp.StartLeaseguard(binary, writePolicy(t), "--cert-mode", "files", "--cert-dir", certDir)
+	guard, err := cp.StartLeaseguard(binary, policyPath, "--cert-mode", "files", "--cert-dir", certDir)
 	if err != nil {
 		t.Fatal(err)
 	}

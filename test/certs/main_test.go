@@ -32,13 +32,18 @@ import (
 
 const (
 	intruder = "system:serviceaccount:default:intruder"
-	policy   = `apiVersion: leaseguard.io/v1alpha1
+	// The configurations installed are those `leaseguard manifests`
+	// renders for this policy (controlplane.Options.Policy).
+	policy = `apiVersion: leaseguard.io/v1alpha1
 kind: LeasePolicy
 rules:
 - name: guarded
   resources: [leases]
   namespaces: [certs-guarded]
   managers: ["system:serviceaccount:certs-guarded:manager"]
+  # designation: auto, so that the mutating webhook configuration is
+  # rendered too and both get their CA injected.
+  designation: auto
 `
 	// wantDenial is what a write by the intruder gets when the API server
 	// reached leaseguard; with failurePolicy Ignore, a webhook it cannot

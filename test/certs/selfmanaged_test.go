@@ -23,7 +23,8 @@ func TestSelfManagedCertificates(t *testing.T) {
 	ctx := context.Background()
 	// The API server calls https://localhost:<port>: the dynamic source
 	// issues certificates for DNS names.
-	cp, err := controlplane.Start(controlplane.Options{WebhookHostName: "localhost"})
+	policyPath := writePolicy(t)
+	cp, err := controlplane.Start(controlplane.Options{Policy: policyPath, WebhookHostName: "localhost"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	guard, err := cp.StartLeaseguard(binary, writePolicy(t), "--cert-mode", "self-managed", "--kubeconfig", kubeconfig,
+	guard, err := cp.StartLeaseguard(binary, policyPath, "--cert-mode", "self-managed", "--kubeconfig", kubeconfig,
 		"--namespace", "leaseguard-self", "--dns-name", "localhost", "--leaf-duration", "30s", "--ca-duration", "1h")
 	if err != nil {
 		t.Fatal(err)

@@ -43,9 +43,9 @@ func TestServeRefusesToStartOnBadInput(t *testing.T) {
 		want []string
 	}{
 		{"misspelt field", []string{"--config", misspelt, "--cert-dir", cp.WebhookCertDir},
-			[]string{"policy file " + misspelt, "line 68: field manager not found in type v1alpha1.Rule"}},
+			[]string{"policy file " + misspelt, fmt.Sprintf("line %d: field manager not found in type v1alpha1.Rule", lineOf(basePolicy, `  managers: ["system:serviceaccount:nowhere:nobody"]`))}},
 		{"invalid value", []string{"--config", invalid, "--cert-dir", cp.WebhookCertDir},
-			[]string{"policy file " + invalid, `line 16: rules[1].enforcement: Unsupported value: "block": supported values: "deny", "warn", "audit"`}},
+			[]string{"policy file " + invalid, fmt.Sprintf(`line %d: rules[1].enforcement: Unsupported value: "block": supported values: "deny", "warn", "audit"`, lineOf(basePolicy, "enforcement: warn"))}},
 		{"missing policy file", []string{"--config", filepath.Join(dir, "nope.yaml"), "--cert-dir", cp.WebhookCertDir},
 			[]string{"policy file: open " + filepath.Join(dir, "nope.yaml") + ": no such file or directory"}},
 		{"corrupt key pair", []string{"--config", good, "--cert-dir", dir},
@@ -74,6 +74,16 @@ func TestServeRefusesToStartOnBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lineOf is the 1-based line of the first line of text containing sub.
+func lineOf(text, sub string) int {
+	for i, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, sub) {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // On SIGTERM leaseguard keeps answering for --shutdown-drain with
