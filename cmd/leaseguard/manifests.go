@@ -12,6 +12,16 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
+// writeOutput writes a rendering to the file named by -o, or to standard
+// output.
+func writeOutput(cmd *cobra.Command, outPath string, data []byte) error {
+	if outPath != "" {
+		return os.WriteFile(outPath, data, 0o644)
+	}
+	_, err := cmd.OutOrStdout().Write(data)
+	return err
+}
+
 func newManifestsCommand() *cobra.Command {
 	o := manifests.Defaults()
 	var configPath, caFile, outPath, coalesce string
@@ -83,12 +93,7 @@ the broader match and says so on standard error and in the output.`,
 		for _, n := range r.Notes {
 			fmt.Fprintln(cmd.ErrOrStderr(), "leaseguard: warning:", n)
 		}
-		if outPath != "" {
-			err = os.WriteFile(outPath, data, 0o644)
-		} else {
-			_, err = cmd.OutOrStdout().Write(data)
-		}
-		if err != nil {
+		if err := writeOutput(cmd, outPath, data); err != nil {
 			return err
 		}
 		if strict && len(r.Notes) > 0 {

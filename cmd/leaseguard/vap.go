@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -72,12 +71,7 @@ Exit status: 0 when rendered, 1 with --strict when anything is limited,
 		for _, n := range r.Notes {
 			fmt.Fprintln(cmd.ErrOrStderr(), "leaseguard: warning:", n)
 		}
-		if outPath != "" {
-			err = os.WriteFile(outPath, data, 0o644)
-		} else {
-			_, err = cmd.OutOrStdout().Write(data)
-		}
-		if err != nil {
+		if err := writeOutput(cmd, outPath, data); err != nil {
 			return err
 		}
 		if strict && len(r.Limits)+len(r.Notes) > 0 {

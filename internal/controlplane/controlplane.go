@@ -160,18 +160,9 @@ func Start(o Options) (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	if o.Log != nil {
-		env.ControlPlane.GetAPIServer().Out = o.Log
-		env.ControlPlane.GetAPIServer().Err = o.Log
-	}
-	cfg, err := env.Start()
+	cfg, err := startEnv(env, o.Log, assets)
 	if err != nil {
-		_ = env.Stop()
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
-	}
-	if err := GrantLeaseAccess(context.Background(), cfg); err != nil {
-		_ = env.Stop()
-		return nil, fmt.Errorf("granting lease access: %w", err)
+		return nil, err
 	}
 	if err := InstallCoalescing(context.Background(), cfg, rendered); err != nil {
 		_ = env.Stop()
@@ -195,6 +186,25 @@ func Start(o Options) (*ControlPlane, error) {
 		c.WebhookCertDir = o.WebhookCertDir
 	}
 	return c, nil
+}
+
+// startEnv starts kube-apiserver and etcd, sending the API server's output
+// to log when set, and grants the tests' identities lease access.
+func startEnv(env *envtest.Environment, log io.Writer, assets string) (*rest.Config, error) {
+	if log != nil {
+		env.ControlPlane.GetAPIServer().Out = log
+		env.ControlPlane.GetAPIServer().Err = log
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	if err := GrantLeaseAccess(context.Background(), cfg); err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("granting lease access: %w", err)
+	}
+	return cfg, nil
 }
 
 // renderPolicy renders the admission configuration of o.Policy.

@@ -38,18 +38,9 @@ func StartWithoutWebhooks(o Options) (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	if o.Log != nil {
-		env.ControlPlane.GetAPIServer().Out = o.Log
-		env.ControlPlane.GetAPIServer().Err = o.Log
-	}
-	cfg, err := env.Start()
+	cfg, err := startEnv(env, o.Log, assets)
 	if err != nil {
-		_ = env.Stop()
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
-	}
-	if err := GrantLeaseAccess(context.Background(), cfg); err != nil {
-		_ = env.Stop()
-		return nil, fmt.Errorf("granting lease access: %w", err)
+		return nil, err
 	}
 	return &ControlPlane{Env: env, Config: cfg, KubectlPath: filepath.Join(assets, "kubectl")}, nil
 }

@@ -28,7 +28,8 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-func rendered(b *testing.B) *manifests.Rendered {
+// samplePolicy is config/samples/policy.yaml, compiled.
+func samplePolicy(b *testing.B) *policy.Policy {
 	data, err := os.ReadFile("../../../config/samples/policy.yaml")
 	if err != nil {
 		b.Fatal(err)
@@ -37,7 +38,11 @@ func rendered(b *testing.B) *manifests.Rendered {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := manifests.Render(p, manifests.Defaults())
+	return p
+}
+
+func rendered(b *testing.B) *manifests.Rendered {
+	r, err := manifests.Render(samplePolicy(b), manifests.Defaults())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package celbench
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -14,22 +13,12 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
 // vapFor renders `leaseguard vap` for the sample policy and returns the
 // policy of the bound Leases' rule.
 func vapFor(b *testing.B, rule string) *admissionregistrationv1.ValidatingAdmissionPolicy {
-	data, err := os.ReadFile("../../../config/samples/policy.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := manifests.RenderVAP(p, manifests.VAPDefaults())
+	r, err := manifests.RenderVAP(samplePolicy(b), manifests.VAPDefaults())
 	if err != nil {
 		b.Fatal(err)
 	}
