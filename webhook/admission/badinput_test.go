@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,6 +29,32 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 	}{
 		{"empty body", nil, http.StatusBadRequest, "leaseguard: cannot decide: request body is empty"},
 		{"not JSON", []byte("{not json"), http.StatusBadRequest, "leaseguard: cannot decide: not JSON: "},
+		// fastjson alone reads a raw control character in a key or string;
+		// the API machinery's decoder refuses it (found by
+		// FuzzDecodeAndDecide).
+		{"a raw control character in a key", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte("\"userInfo\":{\"\x00\":1,"), 1), http.StatusBadRequest,
+			"object key cannot contain control char 0x00"},
+		{"a raw newline in a string", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"username":"system:`), []byte("\"username\":\"system\n:"), 1), http.StatusBadRequest,
+			"string cannot contain control char 0x0A"},
+		{"invalid UTF-8", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"username":"system:`), []byte("\"username\":\"system\xff:"), 1), http.StatusBadRequest,
+			"leaseguard: cannot decide: not JSON: invalid UTF-8"},
+		// fastjson reads the first of duplicate keys, the API machinery the
+		// last: the manager's name first, another caller's last.
+		{"a duplicate key", bytes.Replace(review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: good, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte(`"userInfo":{"username":"`+managerA+`",`), 1), http.StatusBadRequest,
+			`leaseguard: cannot decide: key "username" appears more than once in request.userInfo`},
+		{"a duplicate key, one of them escaped", bytes.Replace(review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: good, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte(`"userInfo":{"user\u006eame":"`+managerA+`",`), 1), http.StatusBadRequest,
+			`leaseguard: cannot decide: key "username" appears more than once in request.userInfo`},
+		{"a duplicate key in a large object", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: good,
+			object: mcl(designA+manyAnnotations(20)+`,"a7":"again"`, spec)}.json(), http.StatusBadRequest,
+			`leaseguard: cannot decide: key "a7" appears more than once in request.object.metadata.annotations`},
+		{"a duplicate key in a list", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: good,
+			object: strings.Replace(good, `"manager":"kubectl",`, `"manager":"kubectl","manager":"x",`, 1)}.json(), http.StatusBadRequest,
+			`leaseguard: cannot decide: key "manager" appears more than once in request.object.metadata.managedFields[0]`},
 		{"not an AdmissionReview", []byte(`{"apiVersion":"v1","kind":"Pod"}`), http.StatusBadRequest,
 			"leaseguard: cannot decide: body is v1 Pod, want admission.k8s.io/v1 AdmissionReview"},
 		{"an AdmissionReview of another version", []byte(`{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u"}}`), http.StatusBadRequest,
@@ -135,6 +162,15 @@ func TestUnreadableStoredFieldsAreDecidedWithoutThem(t *testing.T) {
 	if resp.Allowed || resp.Result.Code != http.StatusBadRequest || resp.Result.Message != "leaseguard: cannot decide: request.object: spec.retryPeriodSeconds is negative (-2)" {
 		t.Errorf("a new unreadable value: allowed=%v %+v", resp.Allowed, resp.Result)
 	}
+}
+
+// manyAnnotations is n annotations "a0":"v" to "a<n-1>":"v", each after a comma.
+func manyAnnotations(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `,"a%d":"v"`, i)
+	}
+	return b.String()
 }
 
 // oversizedReview is an AdmissionReview one byte over MaxReviewBytes, with

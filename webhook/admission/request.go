@@ -11,6 +11,7 @@ package admission
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
 
@@ -50,6 +51,19 @@ type Review struct {
 // AdmissionReview at all is an error; a review that is, but whose request
 // cannot be decided, comes back with Err set and the UID to answer to.
 func ParseReview(body []byte, now time.Time) (*Review, error) {
+	// fastjson's parser is lenient where the API machinery's decoder is
+	// not (raw control characters in strings and keys, for one), and reads
+	// some bodies otherwise (invalid UTF-8, duplicate keys): such bodies are
+	// refused, so that leaseguard reads every review as the API machinery
+	// does. The API server never sends one.
+	if err := fastjson.ValidateBytes(body); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	// The API machinery's decoder reads invalid UTF-8 as U+FFFD, fastjson
+	// as the bytes written; the API server's encoder never writes it.
+	if !utf8.Valid(body) {
+		return nil, fmt.Errorf("not JSON: invalid UTF-8")
+	}
 	p := parsers.Get()
 	defer parsers.Put(p)
 	root, err := p.ParseBytes(body)
@@ -58,6 +72,9 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	}
 	if root.Type() != fastjson.TypeObject {
 		return nil, fmt.Errorf("want a JSON object, got JSON %s", root.Type())
+	}
+	if err := noDuplicateKeys(root); err != nil {
+		return nil, err
 	}
 	apiVersion, kind := string(root.GetStringBytes("apiVersion")), string(root.GetStringBytes("kind"))
 	if apiVersion != reviewAPIVersion || kind != reviewKind {

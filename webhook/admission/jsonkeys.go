@@ -1,0 +1,114 @@
+package admission
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"github.com/valyala/fastjson"
+)
+
+// smallObject is the number of keys up to which duplicates are looked for
+// pair by pair; larger objects use a set, so that an object with a million
+// keys costs a million steps, not a million squared.
+const smallObject = 16
+
+// noDuplicateKeys fails when any object in v has a key twice. fastjson reads
+// the first of duplicate keys, the API machinery's decoder the last: a review
+// with a duplicate key could be read by leaseguard as another request than
+// the one the API machinery would see. The API server never sends one (it
+// encodes the review from its own structures), so such a body is refused,
+// naming where the duplicate is.
+func noDuplicateKeys(v *fastjson.Value) error {
+	var c keyChecker
+	if path, key, ok := c.find(v); ok {
+		return fmt.Errorf("key %q appears more than once in %s", key, orRoot(path))
+	}
+	return nil
+}
+
+func orRoot(path string) string {
+	switch {
+	case path == "":
+		return "the body"
+	case path[0] == '.':
+		return path[1:]
+	}
+	return path
+}
+
+// keyChecker keeps the keys of the objects being walked on one stack, so
+// that a walk allocates next to nothing for the small objects a review is
+// made of.
+type keyChecker struct {
+	keys [][]byte
+}
+
+// find returns the first duplicate key in v and the path of the object
+// holding it.
+func (c *keyChecker) find(v *fastjson.Value) (path, key string, found bool) {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		base := len(c.keys)
+		var seen map[string]struct{}
+		if o.Len() > smallObject {
+			seen = make(map[string]struct{}, o.Len())
+		}
+		o.Visit(func(k []byte, child *fastjson.Value) {
+			if found {
+				return
+			}
+			if c.seen(k, base, seen) {
+				key, found = string(k), true
+				return
+			}
+			if p, dk, ok := c.find(child); ok {
+				path, key, found = jsonField(string(k))+p, dk, true
+			}
+		})
+		c.keys = c.keys[:base]
+	case fastjson.TypeArray:
+		items, _ := v.Array()
+		for i, item := range items {
+			if p, k, ok := c.find(item); ok {
+				return "[" + strconv.Itoa(i) + "]" + p, k, true
+			}
+		}
+	}
+	return path, key, found
+}
+
+// seen reports whether the object whose keys start at base already has k,
+// and records k.
+func (c *keyChecker) seen(k []byte, base int, set map[string]struct{}) bool {
+	if set != nil {
+		if _, ok := set[string(k)]; ok {
+			return true
+		}
+		set[string(k)] = struct{}{}
+		return false
+	}
+	for _, have := range c.keys[base:] {
+		if bytes.Equal(have, k) {
+			return true
+		}
+	}
+	c.keys = append(c.keys, k)
+	return false
+}
+
+// jsonField writes a key as a path step: .name, or ["odd key"] where the key
+// is not a plain name.
+func jsonField(key string) string {
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return "[" + strconv.Quote(key) + "]"
+		}
+	}
+	if key == "" {
+		return `[""]`
+	}
+	return "." + key
+}
