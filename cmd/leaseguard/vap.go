@@ -41,6 +41,7 @@ Exit status: 0 when rendered, 1 with --strict when anything is limited,
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "leaseguard's namespace: never selected, as by the webhooks")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "name prefix of the rendered objects")
 	fs.BoolVar(&o.Coalescing, "coalesce", false, "also render the MutatingAdmissionPolicy that coalesces early renewals (Kubernetes 1.36 and later)")
+	fs.BoolVar(&o.StaticMessages, "static-messages", false, "refuse with each rule's fixed message instead of the exact one: the same verdicts for about 40% less CEL per write (docs/vap.md)")
 	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
 	fs.BoolVar(&strict, "strict", false, "exit 1 when the policies do not enforce everything the policy asks for")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
@@ -57,11 +58,7 @@ Exit status: 0 when rendered, 1 with --strict when anything is limited,
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
-		args := "--config " + configPath
-		if o.Coalescing {
-			args += " --coalesce"
-		}
-		data, err := r.YAML(manifests.VAPHeader(args))
+		data, err := r.YAML(manifests.VAPHeader(manifests.VAPArgs(configPath, o)))
 		if err != nil {
 			return err
 		}

@@ -24,6 +24,13 @@ type VAPOptions struct {
 	// renewals (the one `leaseguard manifests` renders) for the rules that
 	// ask for it; without it, coalesceRenewals is reported as not done.
 	Coalescing bool
+	// StaticMessages gives each refusal its rule's fixed message (the
+	// validation's message) and no messageExpression. The API server
+	// evaluates every messageExpression on every write it sends to a
+	// policy, admitted or not, in an activation of its own that computes
+	// the policy's variables again: static messages cost about 40 % less
+	// CEL per write (docs/vap.md, "What it costs"). Verdicts are the same.
+	StaticMessages bool
 }
 
 // VAPDefaults are those of config/vap.
@@ -103,7 +110,7 @@ func RenderVAP(p *policy.Policy, o VAPOptions) (*VAPRendered, error) {
 	out := &VAPRendered{}
 	for i := range rules {
 		for _, res := range rules[i].Resources {
-			pol, binding := g.vap(i, res, p.ClockSkew)
+			pol, binding := g.vap(i, res, p.ClockSkew, o.StaticMessages)
 			out.Policies = append(out.Policies, pol)
 			out.Bindings = append(out.Bindings, binding)
 		}
@@ -148,9 +155,9 @@ func limits(r *policy.RuleView, o VAPOptions) []Limit {
 	return out
 }
 
-func (g *generator) vap(i int, res policy.Resource, skew time.Duration) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMessages bool) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	r := &g.rules[i]
-	c := &vapCEL{r: r, res: res, skew: skew}
+	c := &vapCEL{r: r, res: res, skew: skew, staticMessages: staticMessages}
 	name := g.o.Prefix + "-" + r.Name + "-" + string(res)
 	fail := admissionregistrationv1.Fail
 	equivalent := admissionregistrationv1.Equivalent
@@ -240,6 +247,19 @@ func VAPHeader(args string) string {
 		"refuse with 403 (422 for unreadable values) where the webhook answers 429 (400); and",
 		"add no warning about a stored field they cannot read. LIMIT lines name the rest.",
 	}, "\n")
+}
+
+// VAPArgs are the flags of `leaseguard vap` that choose what o renders,
+// after --config path, for the header of a rendering.
+func VAPArgs(path string, o VAPOptions) string {
+	args := "--config " + path
+	if o.Coalescing {
+		args += " --coalesce"
+	}
+	if o.StaticMessages {
+		args += " --static-messages"
+	}
+	return args
 }
 
 // YAML renders the policies as one multi-document YAML file, with a header

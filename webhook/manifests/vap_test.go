@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
@@ -299,4 +300,41 @@ func variable(p *admissionregistrationv1.ValidatingAdmissionPolicy, name string)
 		}
 	}
 	return ""
+}
+
+// Static messages change the messages only: the same policies, variables
+// and validation expressions, each validation keeping its fixed message and
+// losing its messageExpression.
+func TestVAPStaticMessagesChangeOnlyTheMessages(t *testing.T) {
+	exact := sampleVAP(t, VAPDefaults())
+	o := VAPDefaults()
+	o.StaticMessages = true
+	static := sampleVAP(t, o)
+	if len(static.Policies) != len(exact.Policies) || len(static.Policies) == 0 {
+		t.Fatalf("%d policies with static messages, %d without", len(static.Policies), len(exact.Policies))
+	}
+	for i, p := range static.Policies {
+		want := exact.Policies[i].DeepCopy()
+		withExpression := 0
+		for j := range want.Spec.Validations {
+			if want.Spec.Validations[j].MessageExpression != "" {
+				withExpression++
+			}
+			want.Spec.Validations[j].MessageExpression = ""
+		}
+		if withExpression == 0 {
+			t.Errorf("%s: the exact rendering has no messageExpression to drop", want.Name)
+		}
+		if !equality.Semantic.DeepEqual(p, want) {
+			t.Errorf("%s: static messages changed more than the messageExpressions", p.Name)
+		}
+		for _, val := range p.Spec.Validations {
+			if val.Message == "" {
+				t.Errorf("%s: a validation without a message: %s", p.Name, val.Expression)
+			}
+		}
+	}
+	if got := VAPArgs("policy.yaml", o); got != "--config policy.yaml --static-messages" {
+		t.Errorf("header args %q", got)
+	}
 }

@@ -31,6 +31,8 @@ type vapCEL struct {
 	r    *policy.RuleView
 	res  policy.Resource
 	skew time.Duration
+	// staticMessages: no messageExpressions (VAPOptions.StaticMessages).
+	staticMessages bool
 }
 
 func v(name string) string { return "variables." + name }
@@ -727,11 +729,20 @@ func (c *vapCEL) validations() []admissionregistrationv1.Validation {
 		out = append(out, admissionregistrationv1.Validation{
 			Expression:        v("failure") + " != " + lit(f.code),
 			Message:           c.static(&f),
-			MessageExpression: ternary(v("failure")+" != "+lit(f.code), "''", c.message(&f)),
+			MessageExpression: c.messageExpression(&f),
 			Reason:            &reason,
 		})
 	}
 	return out
+}
+
+// messageExpression is the exact message of refusal f, as the webhook
+// words it, or none with static messages.
+func (c *vapCEL) messageExpression(f *refusal) string {
+	if c.staticMessages {
+		return ""
+	}
+	return ternary(v("failure")+" != "+lit(f.code), "''", c.message(f))
 }
 
 // static is the message without request values.

@@ -53,7 +53,7 @@ rules:
 `
 
 // The names of the setups, in report order.
-var setupNames = []string{"none", "vap", "leaseguard-vap", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
+var setupNames = []string{"none", "vap", "leaseguard-vap", "leaseguard-vap-static", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
 
 // setup is one way of admitting the renewals.
 type setup struct {
@@ -112,10 +112,17 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 	if err != nil {
 		return nil, err
 	}
+	staticOptions := manifests.VAPDefaults()
+	staticOptions.StaticMessages = true
+	generatedStatic, err := manifests.RenderVAP(p, staticOptions)
+	if err != nil {
+		return nil, err
+	}
 	b.setups = map[string]*setup{
 		"none":                  {name: "none", namespace: selectedNS, install: nothing, uninstall: nothing, prove: b.admitsIntruder(selectedNS)},
 		"vap":                   b.vapSetup(),
-		"leaseguard-vap":        b.generatedVAPSetup(generated),
+		"leaseguard-vap":        b.generatedVAPSetup("leaseguard-vap", generated),
+		"leaseguard-vap-static": b.generatedVAPSetup("leaseguard-vap-static", generatedStatic),
 		"noop-webhook":          b.noopSetup(noopURL),
 		"leaseguard-selected":   b.leaseguardSetup(rendered, selectedNS),
 		"leaseguard-unselected": b.leaseguardSetup(rendered, unselectedNS),
@@ -184,10 +191,10 @@ func (b *bench) refusesIntruder(ns, want string) func(context.Context) error {
 
 // generatedVAPSetup is leaseguard without the webhook: the policy as the
 // ValidatingAdmissionPolicies `leaseguard vap` renders (docs/vap.md).
-func (b *bench) generatedVAPSetup(r *manifests.VAPRendered) *setup {
+func (b *bench) generatedVAPSetup(name string, r *manifests.VAPRendered) *setup {
 	api := b.admin.AdmissionregistrationV1
 	return &setup{
-		name: "leaseguard-vap", namespace: selectedNS,
+		name: name, namespace: selectedNS,
 		install: func(ctx context.Context) error {
 			for _, p := range r.Policies {
 				if _, err := api().ValidatingAdmissionPolicies().Create(ctx, p.DeepCopy(), metav1.CreateOptions{}); err != nil {
