@@ -41,6 +41,31 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 		{"invalid UTF-8", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
 			[]byte(`"username":"system:`), []byte("\"username\":\"system\xff:"), 1), http.StatusBadRequest,
 			"leaseguard: cannot decide: not JSON: invalid UTF-8"},
+		// fastjson reads a lone escaped surrogate as the six characters
+		// written, encoding/json as U+FFFD.
+		{"an escaped UTF-16 surrogate", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"username":"system:`), []byte(`"username":"\ud800system:`), 1), http.StatusBadRequest,
+			`leaseguard: cannot decide: not JSON the API server writes: escaped UTF-16 surrogate \ud800`},
+		{"an escaped low surrogate after an escaped backslash", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"username":"system:`), []byte(`"username":"\\\udc00system:`), 1), http.StatusBadRequest,
+			`escaped UTF-16 surrogate \udc00`},
+		// Fields leaseguard does not read, of a type the API machinery's
+		// decoder refuses.
+		{"resource of the wrong type", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte(`"requestResource":[1],"userInfo":{`), 1), http.StatusBadRequest,
+			"request.requestResource: want object of strings, got JSON array"},
+		{"requestSubResource of the wrong type", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte(`"requestSubResource":7,"userInfo":{`), 1), http.StatusBadRequest,
+			"request.requestSubResource: want string, got JSON number"},
+		{"userInfo.extra of the wrong type", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte(`"userInfo":{"extra":{"k":"not-a-list"},`), 1), http.StatusBadRequest,
+			"request.userInfo.extra: want object of arrays of strings, got JSON object"},
+		{"userInfo.uid of the wrong type", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"userInfo":{`), []byte(`"userInfo":{"uid":7,`), 1), http.StatusBadRequest,
+			"request.userInfo.uid: want string, got JSON number"},
+		{"a review carrying a response", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
+			[]byte(`"request":{`), []byte(`"response":{"allowed":true},"request":{`), 1), http.StatusBadRequest,
+			"leaseguard: cannot decide: AdmissionReview carries a response: the API server sends a request only"},
 		// fastjson reads the first of duplicate keys, the API machinery the
 		// last: the manager's name first, another caller's last.
 		{"a duplicate key", bytes.Replace(review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: good, object: good}.json(),
@@ -161,6 +186,26 @@ func TestUnreadableStoredFieldsAreDecidedWithoutThem(t *testing.T) {
 		oldObject: bad, object: strings.Replace(bad, `"retryPeriodSeconds":-1`, `"retryPeriodSeconds":-2`, 1)}.json())
 	if resp.Allowed || resp.Result.Code != http.StatusBadRequest || resp.Result.Message != "leaseguard: cannot decide: request.object: spec.retryPeriodSeconds is negative (-2)" {
 		t.Errorf("a new unreadable value: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+}
+
+// A deeply nested body is refused at the parser's depth limit, cheaply and
+// with a short message: the validator that runs after the parser recurses
+// without a bound (with it first, 10,000 levels took seconds and 3 million
+// overflowed the stack, which no recover catches).
+func TestDeeplyNestedBodyIsRefusedWithAShortMessage(t *testing.T) {
+	h := validatingHandler(t)
+	body := append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"0b9f3c1e-1111-2222-3333-444455556666","x":`),
+		bytes.Repeat([]byte("["), 4<<20)...)
+	_, resp := post(t, h, body)
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusBadRequest {
+		t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	if msg := resp.Result.Message; !strings.Contains(msg, "too big depth") || len(msg) > maxErrorText+100 {
+		t.Errorf("message of %d bytes: %.300s", len(msg), msg)
+	}
+	if resp.UID != "0b9f3c1e-1111-2222-3333-444455556666" {
+		t.Errorf("answer UID %q", resp.UID)
 	}
 }
 

@@ -96,7 +96,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	review, err := ParseReview(body, now)
 	if err != nil {
-		h.refuseUnread(w, scanUID(body), http.StatusBadRequest, err, "unreadable")
+		h.refuseUnread(w, scanUID(body[:min(len(body), headBytes)]), http.StatusBadRequest, err, "unreadable")
 		return
 	}
 	if review.Err != nil {

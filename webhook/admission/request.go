@@ -51,24 +51,30 @@ type Review struct {
 // AdmissionReview at all is an error; a review that is, but whose request
 // cannot be decided, comes back with Err set and the UID to answer to.
 func ParseReview(body []byte, now time.Time) (*Review, error) {
-	// fastjson's parser is lenient where the API machinery's decoder is
-	// not (raw control characters in strings and keys, for one), and reads
-	// some bodies otherwise (invalid UTF-8, duplicate keys): such bodies are
-	// refused, so that leaseguard reads every review as the API machinery
-	// does. The API server never sends one.
-	if err := fastjson.ValidateBytes(body); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
-	}
-	// The API machinery's decoder reads invalid UTF-8 as U+FFFD, fastjson
-	// as the bytes written; the API server's encoder never writes it.
-	if !utf8.Valid(body) {
-		return nil, fmt.Errorf("not JSON: invalid UTF-8")
-	}
+	// Parsed first: the parser refuses nesting deeper than
+	// fastjson.MaxDepth, where the validator below would recurse without
+	// bound (a body of a million '[' would cost it seconds and then the
+	// stack).
 	p := parsers.Get()
 	defer parsers.Put(p)
 	root, err := p.ParseBytes(body)
 	if err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
+		return nil, fmt.Errorf("not JSON: %w", readerError(err))
+	}
+	// fastjson's parser is lenient where the API machinery's decoder is
+	// not (raw control characters in strings and keys, for one), and reads
+	// some bodies otherwise (invalid UTF-8, escaped UTF-16 surrogates,
+	// duplicate keys): such bodies are refused, so that leaseguard reads
+	// every review as the API machinery does. The API server, which writes
+	// reviews with encoding/json from its own structures, never sends one.
+	if err := fastjson.ValidateBytes(body); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", readerError(err))
+	}
+	if !utf8.Valid(body) {
+		return nil, fmt.Errorf("not JSON: invalid UTF-8")
+	}
+	if err := noSurrogateEscapes(body); err != nil {
+		return nil, err
 	}
 	if root.Type() != fastjson.TypeObject {
 		return nil, fmt.Errorf("want a JSON object, got JSON %s", root.Type())
@@ -83,6 +89,9 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	req := root.Get("request")
 	if req == nil || req.Type() != fastjson.TypeObject {
 		return nil, fmt.Errorf("AdmissionReview has no request")
+	}
+	if resp := root.Get("response"); resp != nil && resp.Type() != fastjson.TypeNull {
+		return nil, fmt.Errorf("AdmissionReview carries a response: the API server sends a request only")
 	}
 	uid := req.Get("uid")
 	if uid == nil || uid.Type() != fastjson.TypeString || len(uid.GetStringBytes()) == 0 {
@@ -119,6 +128,7 @@ func toPolicyRequest(req *fastjson.Value, now time.Time) (*policy.Request, error
 	if pods := f.strings("userInfo", "extra", policy.PodNameExtra); len(pods) > 0 {
 		out.Caller.PodName = pods[0]
 	}
+	f.checkUnreadFields()
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -283,6 +293,54 @@ func (f *fields) strings(path ...string) []string {
 		out = append(out, string(b))
 	}
 	return out
+}
+
+// objectOf checks that the field at path, when set, is an object whose
+// values each are null or pass item.
+func (f *fields) objectOf(want string, item func(*fastjson.Value) bool, path ...string) {
+	v := f.get(path...)
+	if v == nil {
+		return
+	}
+	o, err := v.Object()
+	ok := err == nil
+	if ok {
+		o.Visit(func(_ []byte, x *fastjson.Value) { ok = ok && (x.Type() == fastjson.TypeNull || item(x)) })
+	}
+	if !ok {
+		f.fail(path, want, v)
+	}
+}
+
+func isString(v *fastjson.Value) bool { return v.Type() == fastjson.TypeString }
+
+func isStrings(v *fastjson.Value) bool {
+	items, err := v.Array()
+	if err != nil {
+		return false
+	}
+	for _, item := range items {
+		if item.Type() != fastjson.TypeString {
+			return false
+		}
+	}
+	return true
+}
+
+// checkUnreadFields checks the type of the request's fields that leaseguard
+// does not decide on: the API machinery's decoder refuses a review where
+// one has another type, so leaseguard refuses it too (the API server never
+// sends one).
+func (f *fields) checkUnreadFields() {
+	for _, gv := range []string{"resource", "requestKind", "requestResource"} {
+		f.objectOf("object of strings", isString, gv)
+	}
+	f.str("requestSubResource")
+	f.str("userInfo", "uid")
+	if v := f.get("userInfo"); v != nil && v.Type() != fastjson.TypeObject {
+		f.fail([]string{"userInfo"}, "object", v)
+	}
+	f.objectOf("object of arrays of strings", isStrings, "userInfo", "extra")
 }
 
 func joinPath(path []string) string {

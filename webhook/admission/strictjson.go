@@ -2,8 +2,10 @@ package admission
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fastjson"
 )
@@ -111,4 +113,51 @@ func jsonField(key string) string {
 		return `[""]`
 	}
 	return "." + key
+}
+
+// noSurrogateEscapes fails on a \u escape of a UTF-16 surrogate (D800 to
+// DFFF). fastjson reads a lone one as the six characters written, and a
+// pair with another escape otherwise than encoding/json, which reads each
+// lone surrogate as U+FFFD: "manager-b\ud800" would be one name to
+// leaseguard and another to the API machinery. encoding/json writes no
+// surrogate escape (it writes such characters as UTF-8). body is valid
+// JSON, so a backslash is always inside a string and starts an escape.
+func noSurrogateEscapes(body []byte) error {
+	for i := 0; ; {
+		j := bytes.IndexByte(body[i:], '\\')
+		if j < 0 {
+			return nil
+		}
+		i += j
+		if i+1 < len(body) && body[i+1] == 'u' && i+6 <= len(body) {
+			if r, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16); err == nil && r >= 0xD800 && r <= 0xDFFF {
+				return fmt.Errorf("not JSON the API server writes: escaped UTF-16 surrogate %s", body[i:i+6])
+			}
+			i += 6
+			continue
+		}
+		i += 2
+	}
+}
+
+// maxErrorText bounds the text of a reader's error that goes into an
+// answer and a log line.
+const maxErrorText = 512
+
+// readerError shortens a fastjson error to what is wrong and where: its
+// text nests one "cannot parse <what>: " per level of the body (300 at
+// most), which says nothing, before the reason and the unparsed tail.
+func readerError(err error) error {
+	msg, tail := err.Error(), ""
+	if i := strings.Index(msg, "; unparsed tail: "); i >= 0 {
+		msg, tail = msg[:i], msg[i:]
+	}
+	if i := strings.LastIndex(msg, "cannot parse "); i >= 0 {
+		msg = msg[i:]
+	}
+	msg += tail
+	if len(msg) > maxErrorText {
+		msg = strings.ToValidUTF8(msg[:maxErrorText], "") + "..."
+	}
+	return errors.New(msg)
 }
