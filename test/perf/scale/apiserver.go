@@ -275,7 +275,7 @@ func runAPIServer(ctx context.Context, o options) ([]*apiStats, error) {
 		return nil, err
 	}
 	policyPath := filepath.Join(tmp, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(modes[1].policy), 0o600); err != nil {
+	if err := os.WriteFile(policyPath, []byte(allModes[1].policy), 0o600); err != nil {
 		return nil, err
 	}
 	cp, err := controlplane.Start(controlplane.Options{Policy: policyPath, SkipAdmission: true})
@@ -413,7 +413,7 @@ func runMode(ctx context.Context, o options, cp *controlplane.ControlPlane, guar
 		if err := reloadPolicy(ctx, guard, policyPath, m.policy); err != nil {
 			return nil, err
 		}
-		if err := cp.InstallAdmission(ctx, policyPath, manifests.Options{}); err != nil {
+		if err := cp.InstallAdmission(ctx, policyPath, manifests.Options{Coalescing: m.coalescing}); err != nil {
 			return nil, err
 		}
 	}

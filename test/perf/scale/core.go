@@ -259,7 +259,7 @@ func sum(m map[int]int64) int64 {
 
 func runCore(o options) ([]*coreStats, error) {
 	var out []*coreStats
-	for _, m := range modes {
+	for _, m := range coreModes() {
 		progress("core: simulating %d managers, mode %s ...", o.coreManagers, m.name)
 		st, err := simulate(m, o)
 		if err != nil {

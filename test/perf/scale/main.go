@@ -48,6 +48,7 @@ type options struct {
 	apiDuration   time.Duration
 	apiSettle     time.Duration
 	seed          int64
+	modes         string
 }
 
 var runStart = time.Now()
@@ -71,6 +72,7 @@ func main() {
 	flag.DurationVar(&o.apiDuration, "duration", 60*time.Second, "apiserver: measured time per mode")
 	flag.DurationVar(&o.apiSettle, "settle", 20*time.Second, "apiserver: time after switching modes before measuring")
 	flag.Int64Var(&o.seed, "seed", 1, "random seed (start offsets)")
+	flag.StringVar(&o.modes, "modes", defaultModes, "modes to measure, in this order, the first "+allModes[0].name+" (of: "+modeNames()+")")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -87,6 +89,9 @@ func run(o options) error {
 		return fmt.Errorf("--retry-period positive, --core-managers and --managers at least 1, --candidates at least 2, --standbys at most --managers")
 	case o.coreDuration < time.Second, o.coreWarmup <= 0, o.coreRTT < 0, o.apiDuration < time.Second, o.apiSettle < 0:
 		return fmt.Errorf("--core-duration and --duration at least 1s, --core-warmup positive, --core-rtt and --settle not negative")
+	}
+	if err := selectModes(o.modes); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err

@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
@@ -34,15 +37,67 @@ type mode struct {
 	what string
 	// policy is the LeasePolicy; empty for no guard at all.
 	policy string
+	// coalescing says what coalesces early renewals through the API server
+	// (manifests.Options.Coalescing; empty: the default, the
+	// MutatingAdmissionPolicy). The core has no API server, so a mode that
+	// differs from another only here is measured through the API server
+	// only.
+	coalescing manifests.Coalescing
 }
 
-// modes are measured side by side, in this order.
-var modes = []mode{
+const coalescePolicy = "coalesceRenewals: auto\n  minRenewInterval: auto\n"
+
+// allModes are the modes --modes chooses from; the first is the baseline
+// every ratio is taken against.
+var allModes = []mode{
 	{name: "unguarded", what: "no admission"},
 	{name: "limit", what: "leaseguard, minRenewInterval 5s (429 + Retry-After), losers 403",
 		policy: modePolicy("minRenewInterval: 5s\n")},
-	{name: "coalesce", what: "leaseguard, coalesceRenewals auto (7s), minRenewInterval auto, backOffLosers",
-		policy: modePolicy("coalesceRenewals: auto\n  minRenewInterval: auto\n", "backOffLosers: true\n")},
+	{name: "coalesce", what: "leaseguard, coalesceRenewals auto (7s), minRenewInterval auto, backOffLosers; early renewals coalesced by the MutatingAdmissionPolicy",
+		policy: modePolicy(coalescePolicy, "backOffLosers: true\n")},
+	{name: "coalesce-webhook", what: "as coalesce, with early renewals coalesced by leaseguard's mutating webhook instead (`leaseguard manifests --coalesce webhook`)",
+		policy: modePolicy(coalescePolicy, "backOffLosers: true\n"), coalescing: manifests.CoalesceInWebhook},
+}
+
+// defaultModes are measured unless --modes says otherwise.
+const defaultModes = "unguarded,limit,coalesce"
+
+// modes are the modes of this run, in this order (set from --modes).
+var modes []mode
+
+// selectModes sets modes from a comma-separated list of names.
+func selectModes(names string) error {
+	modes = nil
+	for _, name := range strings.Split(names, ",") {
+		i := slices.IndexFunc(allModes, func(m mode) bool { return m.name == name })
+		if i < 0 {
+			return fmt.Errorf("--modes: unknown mode %q (want some of %s)", name, modeNames())
+		}
+		modes = append(modes, allModes[i])
+	}
+	if modes[0].name != allModes[0].name {
+		return fmt.Errorf("--modes: the first mode must be %s, the baseline of every ratio", allModes[0].name)
+	}
+	return nil
+}
+
+func modeNames() string {
+	names := make([]string, len(allModes))
+	for i, m := range allModes {
+		names[i] = m.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// coreModes are the modes the core simulation tells apart.
+func coreModes() []mode {
+	var out []mode
+	for _, m := range modes {
+		if m.coalescing == "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // modePolicy is the sample policy's two rules with the given renewal
