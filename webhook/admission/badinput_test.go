@@ -34,10 +34,10 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 		// FuzzDecodeAndDecide).
 		{"a raw control character in a key", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
 			[]byte(`"userInfo":{`), []byte("\"userInfo\":{\"\x00\":1,"), 1), http.StatusBadRequest,
-			"object key cannot contain control char 0x00"},
+			`not JSON: invalid character '\x00' in string literal`},
 		{"a raw newline in a string", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
 			[]byte(`"username":"system:`), []byte("\"username\":\"system\n:"), 1), http.StatusBadRequest,
-			"string cannot contain control char 0x0A"},
+			`not JSON: invalid character '\n' in string literal`},
 		{"invalid UTF-8", bytes.Replace(review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: good}.json(),
 			[]byte(`"username":"system:`), []byte("\"username\":\"system\xff:"), 1), http.StatusBadRequest,
 			"leaseguard: cannot decide: not JSON: invalid UTF-8"},
@@ -189,23 +189,43 @@ func TestUnreadableStoredFieldsAreDecidedWithoutThem(t *testing.T) {
 	}
 }
 
-// A deeply nested body is refused at the parser's depth limit, cheaply and
-// with a short message: the validator that runs after the parser recurses
-// without a bound (with it first, 10,000 levels took seconds and 3 million
-// overflowed the stack, which no recover catches).
-func TestDeeplyNestedBodyIsRefusedWithAShortMessage(t *testing.T) {
+// Bodies built to make the reader's work or its error grow faster than the
+// body are refused with a short message naming what is wrong: fastjson's
+// validator recursed without bound (3 million '[' overflowed the stack, a
+// fatal error), fastjson's errors quote the rest of the body at every level
+// (4 MiB cost gigabytes), and a duplicate key's path was rebuilt at every
+// level. Each of these ran out of time or memory before the fix.
+func TestHostileBodiesAreRefusedWithAShortMessage(t *testing.T) {
 	h := validatingHandler(t)
-	body := append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"0b9f3c1e-1111-2222-3333-444455556666","x":`),
-		bytes.Repeat([]byte("["), 4<<20)...)
-	_, resp := post(t, h, body)
-	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusBadRequest {
-		t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
+	const uid = "0b9f3c1e-1111-2222-3333-444455556666"
+	head := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"` + uid + `","x":`
+	nestedKeys := func(depth int) []byte {
+		key := `"` + strings.Repeat("\u00ad", 20000) + `"`
+		return []byte(head + strings.Repeat("{"+key+":", depth) + `{"a":0,"a":0}` + strings.Repeat("}", depth) + `}}`)
 	}
-	if msg := resp.Result.Message; !strings.Contains(msg, "too big depth") || len(msg) > maxErrorText+100 {
-		t.Errorf("message of %d bytes: %.300s", len(msg), msg)
-	}
-	if resp.UID != "0b9f3c1e-1111-2222-3333-444455556666" {
-		t.Errorf("answer UID %q", resp.UID)
+	for _, c := range []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"4 MiB of unclosed '['", append([]byte(head), bytes.Repeat([]byte("["), 4<<20)...), "exceeded max depth"},
+		{"deeper than the reader reads, but valid", []byte(head + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + "}}"), "not JSON leaseguard reads: "},
+		{"an error after 4 MiB of text", append([]byte(head+strings.Repeat("[", 295)+"t"), bytes.Repeat([]byte{0x80}, 4<<20)...), "not JSON: invalid character"},
+		{"nan, which fastjson parses", append([]byte(head+`[nan,"`), bytes.Repeat([]byte("a"), 4<<20)...), "not JSON: invalid character 'a'"},
+		{"a duplicate key under 290 long keys", nestedKeys(290), `key "a" appears more than once in request.x`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, resp := post(t, h, c.body)
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusBadRequest {
+				t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
+			}
+			if msg := resp.Result.Message; !strings.Contains(msg, c.want) || len(msg) > maxErrorText+200 {
+				t.Errorf("message of %d bytes, want one containing %q: %.400s", len(msg), c.want, msg)
+			}
+			if resp.UID != uid {
+				t.Errorf("answer UID %q", resp.UID)
+			}
+		})
 	}
 }
 

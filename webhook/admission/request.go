@@ -9,6 +9,7 @@
 package admission
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -51,25 +52,27 @@ type Review struct {
 // AdmissionReview at all is an error; a review that is, but whose request
 // cannot be decided, comes back with Err set and the UID to answer to.
 func ParseReview(body []byte, now time.Time) (*Review, error) {
-	// Parsed first: the parser refuses nesting deeper than
-	// fastjson.MaxDepth, where the validator below would recurse without
-	// bound (a body of a million '[' would cost it seconds and then the
-	// stack).
+	// Checked first with encoding/json's scanner, as the API machinery
+	// reads: linear, allocation-free, and strict where fastjson is lenient
+	// (raw control characters in strings and keys, nan). fastjson's own
+	// errors quote the rest of the body at every level of nesting (a few
+	// MiB of body cost gigabytes), and its validator recurses without a
+	// bound.
+	if !json.Valid(body) {
+		return nil, notJSON(body)
+	}
 	p := parsers.Get()
 	defer parsers.Put(p)
 	root, err := p.ParseBytes(body)
 	if err != nil {
-		return nil, fmt.Errorf("not JSON: %w", readerError(err))
+		// Nesting deeper than fastjson.MaxDepth (300).
+		return nil, fmt.Errorf("not JSON leaseguard reads: %w", readerError(err))
 	}
-	// fastjson's parser is lenient where the API machinery's decoder is
-	// not (raw control characters in strings and keys, for one), and reads
-	// some bodies otherwise (invalid UTF-8, escaped UTF-16 surrogates,
-	// duplicate keys): such bodies are refused, so that leaseguard reads
-	// every review as the API machinery does. The API server, which writes
-	// reviews with encoding/json from its own structures, never sends one.
-	if err := fastjson.ValidateBytes(body); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", readerError(err))
-	}
+	// The API machinery's decoder reads some bodies otherwise than fastjson
+	// (invalid UTF-8, escaped UTF-16 surrogates, duplicate keys): such
+	// bodies are refused, so that leaseguard reads every review as the API
+	// machinery does. The API server, which writes reviews with
+	// encoding/json from its own structures, never sends one.
 	if !utf8.Valid(body) {
 		return nil, fmt.Errorf("not JSON: invalid UTF-8")
 	}

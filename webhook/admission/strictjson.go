@@ -2,8 +2,10 @@ package admission
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,10 +25,19 @@ const smallObject = 16
 // naming where the duplicate is.
 func noDuplicateKeys(v *fastjson.Value) error {
 	var c keyChecker
-	if path, key, ok := c.find(v); ok {
-		return fmt.Errorf("key %q appears more than once in %s", key, orRoot(path))
+	if steps, key, ok := c.find(v); ok {
+		slices.Reverse(steps)
+		return fmt.Errorf("key %q appears more than once in %s", clipText(key, 64), clipText(orRoot(strings.Join(steps, "")), maxErrorText))
 	}
 	return nil
+}
+
+// clipText cuts s to n bytes, on a character boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 func orRoot(path string) string {
@@ -47,8 +58,9 @@ type keyChecker struct {
 }
 
 // find returns the first duplicate key in v and the path of the object
-// holding it.
-func (c *keyChecker) find(v *fastjson.Value) (path, key string, found bool) {
+// holding it, as steps from the innermost out (joined once, by the caller:
+// joining at every level would cost the square of the depth).
+func (c *keyChecker) find(v *fastjson.Value) (steps []string, key string, found bool) {
 	switch v.Type() {
 	case fastjson.TypeObject:
 		o, _ := v.Object()
@@ -65,20 +77,20 @@ func (c *keyChecker) find(v *fastjson.Value) (path, key string, found bool) {
 				key, found = string(k), true
 				return
 			}
-			if p, dk, ok := c.find(child); ok {
-				path, key, found = jsonField(string(k))+p, dk, true
+			if inner, dk, ok := c.find(child); ok {
+				steps, key, found = append(inner, jsonField(clipText(string(k), 64))), dk, true
 			}
 		})
 		c.keys = c.keys[:base]
 	case fastjson.TypeArray:
 		items, _ := v.Array()
 		for i, item := range items {
-			if p, k, ok := c.find(item); ok {
-				return "[" + strconv.Itoa(i) + "]" + p, k, true
+			if inner, k, ok := c.find(item); ok {
+				return append(inner, "["+strconv.Itoa(i)+"]"), k, true
 			}
 		}
 	}
-	return path, key, found
+	return steps, key, found
 }
 
 // seen reports whether the object whose keys start at base already has k,
@@ -160,4 +172,19 @@ func readerError(err error) error {
 		msg = strings.ToValidUTF8(msg[:maxErrorText], "") + "..."
 	}
 	return errors.New(msg)
+}
+
+// notJSON says where body stops being JSON, as encoding/json's scanner
+// finds it (linear, with a short message).
+func notJSON(body []byte) error {
+	var raw json.RawMessage
+	err := json.Unmarshal(body, &raw)
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return fmt.Errorf("not JSON: %s (at byte %d)", syntax.Error(), syntax.Offset)
+	}
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", readerError(err))
+	}
+	return errors.New("not JSON")
 }
