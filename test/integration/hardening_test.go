@@ -172,6 +172,38 @@ func TestLargestStorableWriteIsReadAndDecided(t *testing.T) {
 	}
 }
 
+// A write stuffed with labels until its AdmissionReview holds more JSON
+// values and keys than leaseguard reads is refused before it is parsed: the
+// parse tree of such a review (about 400 bytes per item) would take more
+// than a replica's memory limit, and any caller who may write a lease could
+// send one. The replica goes on deciding.
+func TestWriteStuffedWithItemsIsRefusedUnparsed(t *testing.T) {
+	stored := hardLease(t, "leader-a")
+	before := badRequests(t)
+
+	// 40,000 labels: in the review, each is a key and a value in the object
+	// and a key and an empty object in managedFields, 200,000 items in all.
+	stuffed := stored.DeepCopy()
+	stuffed.Labels = map[string]string{}
+	for i := range 40_000 {
+		stuffed.Labels["l"+strconv.Itoa(i)] = ""
+	}
+	code, msg, _ := put(t, hardManagerA, "a-0", stuffed)
+	expectRefused(t, stored, http.StatusRequestEntityTooLarge, code, msg, "leaseguard: cannot decide: AdmissionReview holds ")
+	if !strings.Contains(msg, "JSON values and keys, more than leaseguard reads (150000)") {
+		t.Errorf("message %q does not say what is too large", msg)
+	}
+	if after := badRequests(t); after != before+1 {
+		t.Errorf("leaseguard_bad_requests_total went from %v to %v, want one more", before, after)
+	}
+
+	labelled := stored.DeepCopy()
+	labelled.Labels = map[string]string{"l0": ""}
+	if code, msg, _ := put(t, hardManagerA, "a-0", labelled); code != http.StatusOK {
+		t.Errorf("the holder's one-label write after the stuffed one: HTTP %d %s", code, msg)
+	}
+}
+
 // A sibling pod of the same service account may not release the live Lease
 // of another pod (and then acquire it); nor may a caller without a pod.
 func TestOnlyTheHolderReleasesALiveLease(t *testing.T) {

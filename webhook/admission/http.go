@@ -31,9 +31,9 @@ import (
 const MaxReviewBytes = 32 << 20
 
 // largeReviewBytes is where a review stops being one of the small ones that
-// every lease write makes; reading and parsing one of these takes a slot
-// of largeReviews, so that a flood of huge writes cannot run leaseguard out
-// of memory.
+// every lease write makes; reading, parsing and deciding one of these takes
+// a slot of largeReviews, so that a flood of huge writes cannot run
+// leaseguard out of memory (parsing is bounded by items too: budget.go).
 const largeReviewBytes = 1 << 20
 
 // largeReviews bounds how many large reviews are read at once; a large
@@ -76,8 +76,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-		h.refuseUnread(w, "", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", r.Header.Get("Content-Type")), "unreadable")
+		h.refuseUnread(w, "", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable")
 		return
+	}
+	if r.ContentLength > largeReviewBytes || r.ContentLength < 0 {
+		// Held until the answer is written: the body stays in memory
+		// while it is parsed and decided.
+		release, err := takeLargeReviewSlot(r.Context())
+		if err != nil {
+			h.refuseUnread(w, "", http.StatusTooManyRequests, err, "busy")
+			return
+		}
+		defer release()
 	}
 	body, err := h.readBody(r)
 	if err != nil {
@@ -94,9 +104,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.now != nil {
 		now = h.now()
 	}
-	review, err := ParseReview(body, now)
+	review, err := h.parse(r.Context(), body, now)
 	if err != nil {
-		h.refuseUnread(w, scanUID(body[:min(len(body), headBytes)]), http.StatusBadRequest, err, "unreadable")
+		code, reason := int32(http.StatusBadRequest), "unreadable"
+		var many *tooManyItems
+		var busy *parseBusy
+		switch {
+		case errors.As(err, &many):
+			code, reason = http.StatusRequestEntityTooLarge, "too_large"
+		case errors.As(err, &busy):
+			code, reason = http.StatusTooManyRequests, "busy"
+		}
+		h.refuseUnread(w, scanUID(body[:min(len(body), headBytes)]), code, err, reason)
 		return
 	}
 	if review.Err != nil {
@@ -104,6 +123,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.write(w, review.UID, h.d.decide(review))
+}
+
+// parse reads a review within the parse budget.
+func (h *handler) parse(ctx context.Context, body []byte, now time.Time) (*Review, error) {
+	release, err := takeParseBudget(ctx, reviewWeight(body))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return ParseReview(body, now)
+}
+
+// takeLargeReviewSlot waits for one of the largeReviews slots.
+func takeLargeReviewSlot(ctx context.Context) (release func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, largeReviewWait)
+	defer cancel()
+	select {
+	case largeReviews <- struct{}{}:
+		return func() { <-largeReviews }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("too many large AdmissionReviews at once; try again")
+	}
 }
 
 // tooLarge is a review larger than MaxReviewBytes.
@@ -121,21 +162,10 @@ func (e *tooLarge) Error() string {
 		"): no lease the API server can store is that large"
 }
 
-// readBody reads the whole review, up to MaxReviewBytes; a large one waits
-// for a slot of largeReviews.
+// readBody reads the whole review, up to MaxReviewBytes.
 func (h *handler) readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxReviewBytes {
 		return nil, &tooLarge{size: r.ContentLength, uid: readUID(r.Body)}
-	}
-	if r.ContentLength > largeReviewBytes || r.ContentLength < 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), largeReviewWait)
-		defer cancel()
-		select {
-		case largeReviews <- struct{}{}:
-			defer func() { <-largeReviews }()
-		case <-ctx.Done():
-			return nil, fmt.Errorf("too many large AdmissionReviews at once; try again")
-		}
 	}
 	size := r.ContentLength
 	if size < 0 || size > MaxReviewBytes {
@@ -195,6 +225,9 @@ func scanUID(head []byte) string {
 			}
 		case string:
 			if n == 2 && stack[0].key == "request" && stack[1].key == "uid" {
+				if len(t) > maxUIDBytes {
+					return ""
+				}
 				return t
 			}
 		}
@@ -230,13 +263,18 @@ func reasonFor(code int32) metav1.StatusReason {
 		return metav1.StatusReasonBadRequest
 	case http.StatusUnsupportedMediaType:
 		return metav1.StatusReasonUnsupportedMediaType
+	case http.StatusTooManyRequests:
+		return metav1.StatusReasonTooManyRequests
 	}
 	return metav1.StatusReasonForbidden
 }
 
 // badRequest prefixes an unreadable-request error so the client sees who
 // refused its write and why.
-func badRequest(err error) error { return fmt.Errorf("leaseguard: cannot decide: %w", err) }
+// The message is bounded whatever the error quotes.
+func badRequest(err error) error {
+	return errors.New(clipText("leaseguard: cannot decide: "+err.Error(), maxErrorText+256))
+}
 
 // reviewResponse is the AdmissionReview leaseguard answers with.
 type reviewResponse struct {

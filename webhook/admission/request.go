@@ -61,8 +61,17 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	if !json.Valid(body) {
 		return nil, notJSON(body)
 	}
+	if err := checkItems(body); err != nil {
+		return nil, err
+	}
 	p := parsers.Get()
-	defer parsers.Put(p)
+	defer func() {
+		// A parser keeps the parse tree's room for the next body: only
+		// one sized for the reviews of lease writes goes back.
+		if len(body) <= pooledParserBytes {
+			parsers.Put(p)
+		}
+	}()
 	root, err := p.ParseBytes(body)
 	if err != nil {
 		// Nesting deeper than fastjson.MaxDepth (300).
@@ -87,7 +96,7 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	}
 	apiVersion, kind := string(root.GetStringBytes("apiVersion")), string(root.GetStringBytes("kind"))
 	if apiVersion != reviewAPIVersion || kind != reviewKind {
-		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(apiVersion), orMissing(kind), reviewAPIVersion, reviewKind)
+		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(policy.Clip(apiVersion)), orMissing(policy.Clip(kind)), reviewAPIVersion, reviewKind)
 	}
 	req := root.Get("request")
 	if req == nil || req.Type() != fastjson.TypeObject {
@@ -100,12 +109,22 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	if uid == nil || uid.Type() != fastjson.TypeString || len(uid.GetStringBytes()) == 0 {
 		return nil, fmt.Errorf("request.uid is missing")
 	}
+	if n := len(uid.GetStringBytes()); n > maxUIDBytes {
+		return nil, fmt.Errorf("request.uid is %d bytes long: the API server sends a UUID", n)
+	}
 	r := &Review{UID: string(uid.GetStringBytes())}
 	r.Request, r.Err = toPolicyRequest(req, now)
 	return r, nil
 }
 
 var parsers fastjson.ParserPool
+
+// pooledParserBytes is the largest body whose parser goes back to the pool.
+const pooledParserBytes = 64 << 10
+
+// maxUIDBytes bounds request.uid, which every answer echoes and every log
+// line names: the API server sends a 36-byte UUID.
+const maxUIDBytes = 128
 
 // toPolicyRequest derives the decision core's request from an
 // AdmissionRequest. Anything it cannot read is an error naming what is
@@ -139,7 +158,7 @@ func toPolicyRequest(req *fastjson.Value, now time.Time) (*policy.Request, error
 		return nil, fmt.Errorf("request.userInfo.username is empty")
 	}
 	if out.Subresource != "" && out.Subresource != policy.StatusSubresource {
-		return nil, fmt.Errorf("subresource %q is not guarded (only status)", out.Subresource)
+		return nil, fmt.Errorf("subresource %q is not guarded (only status)", policy.Clip(out.Subresource))
 	}
 	switch op := f.str("operation"); op {
 	case "CREATE":
@@ -149,7 +168,7 @@ func toPolicyRequest(req *fastjson.Value, now time.Time) (*policy.Request, error
 	case "DELETE":
 		out.Operation = policy.Delete
 	default:
-		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", op)
+		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", policy.Clip(op))
 	}
 	if out.Operation != policy.Create {
 		if out.Old, err = decodeObject(res, req, "oldObject", out.Operation); err != nil {
@@ -189,7 +208,7 @@ func fillNames(out *policy.Request, name, namespace string) error {
 		obj = out.Old
 	}
 	if name != "" && obj.Name != "" && obj.Name != name {
-		return fmt.Errorf("request.name %q does not match the object's name %q", name, obj.Name)
+		return fmt.Errorf("request.name %q does not match the object's name %q", policy.Clip(name), policy.Clip(obj.Name))
 	}
 	if obj.Name == "" {
 		// Validation sees the name the API server generated; the mutating
@@ -211,6 +230,7 @@ func resourceOf(group, version, kind string) (policy.Resource, error) {
 	case group == mclv1alpha1.Group && kind == mclv1alpha1.Kind:
 		return policy.MultiClusterLeases, nil
 	}
+	group, version, kind = policy.Clip(group), policy.Clip(version), policy.Clip(kind)
 	var k string
 	switch {
 	case kind == "":

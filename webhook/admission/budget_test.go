@@ -1,0 +1,146 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+)
+
+func TestCountItemsCountsValuesAndKeys(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{`0`, 1},
+		{`"a,b:[{"`, 1},
+		{`"\"[,"`, 1},
+		{`[0,1,2]`, 4},
+		{`{"a":0,"b":[1,{"c":"d"}]}`, 9},
+		{`[[],{}]`, 5}, // each empty container counts one too many
+		{`{"k\\":"v\"]"}`, 3},
+	} {
+		if got := countItems([]byte(c.body)); got != c.want {
+			t.Errorf("countItems(%s) = %d, want %d", c.body, got, c.want)
+		}
+	}
+}
+
+// manyItems is a JSON array of n zeros: the body with the most parse tree
+// per byte.
+func manyItems(n int) []byte {
+	b := make([]byte, 0, 2*n+1)
+	b = append(b, '[')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '0')
+	}
+	return append(b, ']')
+}
+
+// withUnreadField puts a field leaseguard does not read into a review's
+// request, after its uid.
+func withUnreadField(body, value []byte) []byte {
+	return bytes.Replace(body, []byte(`"userInfo":{`), append(append([]byte(`"x":`), value...), []byte(`,"userInfo":{`)...), 1)
+}
+
+func TestReviewsHoldingTooManyItemsAreRefusedBeforeParsing(t *testing.T) {
+	h := validatingHandler(t)
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	// 1 MiB of zeros: without the count, fastjson holds ~400 MiB of parse
+	// tree for it, more than a replica's memory limit.
+	body := withUnreadField(good, manyItems(1<<20))
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, resp := post(t, h, body)
+	runtime.ReadMemStats(&after)
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	want := fmt.Sprintf("leaseguard: cannot decide: AdmissionReview holds %d JSON values and keys, more than leaseguard reads (150000)", countItems(body))
+	if !strings.HasPrefix(resp.Result.Message, want) {
+		t.Errorf("message %q, want it to start with %q", resp.Result.Message, want)
+	}
+	if resp.UID != "0b9f3c1e-1111-2222-3333-444455556666" {
+		t.Errorf("answer UID %q", resp.UID)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Errorf("refusing a %d-byte body allocated %d MiB: it was parsed", len(body), alloc>>20)
+	}
+
+	// Just under the bound, the same field is read and the write decided
+	// as without it.
+	_, plain := post(t, h, good)
+	_, padded := post(t, h, withUnreadField(good, manyItems(MaxReviewItems-100)))
+	if !plain.Allowed || padded.Allowed != plain.Allowed || (padded.Result == nil) != (plain.Result == nil) {
+		t.Errorf("padded review: allowed=%v %+v; plain: allowed=%v %+v", padded.Allowed, padded.Result, plain.Allowed, plain.Result)
+	}
+}
+
+func TestReviewsWaitForTheParseBudgetThenAreRefused(t *testing.T) {
+	h := validatingHandler(t)
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	// Reviews being read hold the whole budget.
+	if err := parseBudget.Acquire(context.Background(), parseBudgetItems); err != nil {
+		t.Fatal(err)
+	}
+	_, resp := post(t, h, good)
+	parseBudget.Release(parseBudgetItems)
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests {
+		t.Fatalf("with the budget taken: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	if want := "leaseguard: cannot decide: too many large AdmissionReviews at once"; !strings.HasPrefix(resp.Result.Message, want) {
+		t.Errorf("message %q, want it to start with %q", resp.Result.Message, want)
+	}
+	if _, resp := post(t, h, good); !resp.Allowed {
+		t.Errorf("with the budget given back: %+v", resp.Result)
+	}
+}
+
+func TestClientChosenStringsInRefusalsAreCut(t *testing.T) {
+	h := validatingHandler(t)
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	long := strings.Repeat("x", 1<<20)
+	for _, c := range []struct {
+		name     string
+		body     []byte
+		want     string
+		wantUID  string
+		maxBytes int
+	}{
+		{"operation", bytes.Replace(good, []byte(`"operation":"CREATE"`), []byte(`"operation":"`+long+`\n"`), 1),
+			`operation "xxxxxxxx`, "0b9f3c1e-1111-2222-3333-444455556666", policy.MaxMessageLength},
+		{"kind", bytes.Replace(good, []byte(`"kind":"MultiClusterLease","version"`), []byte(`"kind":"`+long+`","version"`), 1),
+			"kind multicluster.core.cnrm.cloud.google.com/v1alpha1 xxxx", "0b9f3c1e-1111-2222-3333-444455556666", 400},
+		{"review apiVersion", bytes.Replace(good, []byte(`"apiVersion":"admission.k8s.io/v1"`), []byte(`"apiVersion":"`+long+`"`), 1),
+			// The UID is looked for in the head of an unreadable review,
+			// where the API server writes it.
+			"body is xxxx", "", 400},
+		{"uid", bytes.Replace(good, []byte(`"uid":"0b9f3c1e-1111-2222-3333-444455556666"`), []byte(`"uid":"`+long+`"`), 1),
+			"request.uid is 1048576 bytes long: the API server sends a UUID", "", 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, resp := post(t, h, c.body)
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusBadRequest {
+				t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
+			}
+			if msg := resp.Result.Message; !strings.Contains(msg, c.want) || len(msg) > c.maxBytes || strings.Contains(msg, "\n") {
+				t.Errorf("message of %d bytes, want one line of at most %d containing %q: %.400q", len(msg), c.maxBytes, c.want, msg)
+			}
+			if string(resp.UID) != c.wantUID {
+				t.Errorf("answer UID of %d bytes, want %q", len(resp.UID), c.wantUID)
+			}
+		})
+	}
+}
