@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+	"github.com/leaseguard/leaseguard/webhook/admission"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
@@ -190,7 +191,7 @@ func TestWriteStuffedWithItemsIsRefusedUnparsed(t *testing.T) {
 	}
 	code, msg, _ := put(t, hardManagerA, "a-0", stuffed)
 	expectRefused(t, stored, http.StatusRequestEntityTooLarge, code, msg, "leaseguard: cannot decide: AdmissionReview holds ")
-	if !strings.Contains(msg, "JSON values and keys, more than leaseguard reads (150000)") {
+	if !strings.Contains(msg, "JSON values and keys, more than leaseguard reads ("+strconv.Itoa(admission.MaxReviewItems)+")") {
 		t.Errorf("message %q does not say what is too large", msg)
 	}
 	if after := badRequests(t); after != before+1 {

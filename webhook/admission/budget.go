@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -9,37 +10,49 @@ import (
 )
 
 // What a review costs leaseguard's memory is fastjson's parse tree, not the
-// body: about 410 bytes per JSON item (measured: a 2 MiB body of
+// body: about 400 to 480 bytes per JSON item (measured: a 2 MiB body of
 // `[0,0,0,...]` holds 410 MiB while it is read; an object of a quarter of a
 // million short keys, 112 MiB for 3 MiB). A body of a few MiB could
 // therefore take more than a replica's memory limit (256 Mi). So reviews
 // are bounded by the items they hold, not only by their bytes: counted in
 // one pass before parsing, refused past MaxReviewItems, and read only
-// within a budget shared by the reviews being read at once.
+// within a budget shared by the reviews being read at once. The budget has
+// two lanes, so that the small reviews of lease writes never queue behind
+// large ones.
 
 // MaxReviewItems is the most JSON items (values and object keys) leaseguard
-// reads in one AdmissionReview: about 60 MiB of parse tree. A lease write's
+// reads in one AdmissionReview: 50 to 60 MiB of parse tree. A lease write's
 // review holds a few hundred (its object, the stored object, managedFields);
 // only an object stuffed with tens of thousands of labels or annotations
 // comes near it, and such an object is no lease.
-const MaxReviewItems = 150_000
-
-// parseBudgetItems is how many items the reviews being read at once may
-// hold together (about 120 MiB of parse tree): two of the largest, or
-// hundreds of ordinary ones.
-const parseBudgetItems = 2 * MaxReviewItems
+const MaxReviewItems = 120_000
 
 // uncountedBytes is the body size up to which the items are not counted:
 // a body holds at most one item per byte (plus one), so such a body takes
-// its size from the budget, and the lease writes the API server sends every
-// second cost no extra pass.
+// its size from the small lane, and the lease writes the API server sends
+// every second cost no extra pass.
 const uncountedBytes = 16 << 10
 
-// parseBudgetWait is how long a review waits for room in the budget before
+// The lanes, in items: the small one for bodies up to uncountedBytes (a
+// hundred thousand: dozens of lease reviews at once, about 45 MiB at most),
+// the large one for the rest (two of the largest, about 110 MiB).
+const (
+	smallLaneItems = 100_000
+	largeLaneItems = 2 * MaxReviewItems
+)
+
+// bytesPerItem prices a large body's bytes in items: what the body, its
+// copies and the strings read from it cost beside the parse tree.
+const bytesPerItem = 64
+
+// parseBudgetWait is how long a review waits for room in its lane before
 // it is refused.
 const parseBudgetWait = time.Second
 
-var parseBudget = semaphore.NewWeighted(parseBudgetItems)
+var (
+	smallLane = semaphore.NewWeighted(smallLaneItems)
+	largeLane = semaphore.NewWeighted(largeLaneItems)
+)
 
 // tooManyItems is a review holding more than MaxReviewItems.
 type tooManyItems struct{ items int }
@@ -49,7 +62,7 @@ func (e *tooManyItems) Error() string {
 		e.items, MaxReviewItems)
 }
 
-// parseBusy is a review that found no room in the parse budget in time.
+// parseBusy is a review that found no room in its lane in time.
 type parseBusy struct{ items int }
 
 func (e *parseBusy) Error() string {
@@ -67,29 +80,46 @@ func checkItems(body []byte) error {
 	return nil
 }
 
-// reviewWeight is what reading body takes from the budget: its items,
-// bounded above by its size for small bodies, which are not counted.
-func reviewWeight(body []byte) int {
+// parseWithinBudget is ParseReview within the budget: a small body takes
+// its size from the small lane; a larger one is checked and counted first
+// (refused at once past MaxReviewItems), then takes its items and its bytes'
+// worth from the large lane.
+func parseWithinBudget(ctx context.Context, body []byte, now time.Time) (*Review, error) {
 	if len(body) <= uncountedBytes {
-		return len(body) + 1
+		release, err := takeLane(ctx, smallLane, len(body)+1, len(body)+1)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return ParseReview(body, now)
 	}
-	return countItems(body)
+	if !json.Valid(body) {
+		return nil, notJSON(body)
+	}
+	items := countItems(body)
+	if items > MaxReviewItems {
+		return nil, &tooManyItems{items: items}
+	}
+	release, err := takeLane(ctx, largeLane, min(items+len(body)/bytesPerItem, largeLaneItems), items)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return parseValid(body, now)
 }
 
-// takeParseBudget waits for room to read a review of the given weight and
-// returns what gives it back. A review larger than the whole budget takes
-// all of it (ParseReview refuses it anyway, after counting).
-func takeParseBudget(ctx context.Context, weight int) (release func(), err error) {
-	w := int64(min(weight, parseBudgetItems))
-	if parseBudget.TryAcquire(w) {
-		return func() { parseBudget.Release(w) }, nil
+// takeLane waits for weight in lane and returns what gives it back.
+func takeLane(ctx context.Context, lane *semaphore.Weighted, weight, items int) (release func(), err error) {
+	w := int64(weight)
+	if lane.TryAcquire(w) {
+		return func() { lane.Release(w) }, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, parseBudgetWait)
 	defer cancel()
-	if err := parseBudget.Acquire(ctx, w); err != nil {
-		return nil, &parseBusy{items: weight}
+	if err := lane.Acquire(ctx, w); err != nil {
+		return nil, &parseBusy{items: items}
 	}
-	return func() { parseBudget.Release(w) }, nil
+	return func() { lane.Release(w) }, nil
 }
 
 // countItems counts the JSON items of a valid JSON body: every array and

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -66,7 +69,7 @@ func TestReviewsHoldingTooManyItemsAreRefusedBeforeParsing(t *testing.T) {
 	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
 	}
-	want := fmt.Sprintf("leaseguard: cannot decide: AdmissionReview holds %d JSON values and keys, more than leaseguard reads (150000)", countItems(body))
+	want := fmt.Sprintf("leaseguard: cannot decide: AdmissionReview holds %d JSON values and keys, more than leaseguard reads (%d)", countItems(body), MaxReviewItems)
 	if !strings.HasPrefix(resp.Result.Message, want) {
 		t.Errorf("message %q, want it to start with %q", resp.Result.Message, want)
 	}
@@ -90,20 +93,90 @@ func TestReviewsWaitForTheParseBudgetThenAreRefused(t *testing.T) {
 	h := validatingHandler(t)
 	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
 	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
-	// Reviews being read hold the whole budget.
-	if err := parseBudget.Acquire(context.Background(), parseBudgetItems); err != nil {
+	// Large reviews being read hold the whole large lane: a lease write's
+	// review does not queue behind them.
+	if err := largeLane.Acquire(context.Background(), largeLaneItems); err != nil {
 		t.Fatal(err)
 	}
 	_, resp := post(t, h, good)
-	parseBudget.Release(parseBudgetItems)
-	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests {
-		t.Fatalf("with the budget taken: allowed=%v %+v", resp.Allowed, resp.Result)
+	if !resp.Allowed {
+		t.Errorf("with the large lane taken: %+v", resp.Result)
 	}
-	if want := "leaseguard: cannot decide: too many large AdmissionReviews at once"; !strings.HasPrefix(resp.Result.Message, want) {
+	_, resp = post(t, h, withUnreadField(good, manyItems(20_000)))
+	largeLane.Release(largeLaneItems)
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests {
+		t.Fatalf("a large review with the large lane taken: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	if want := "leaseguard: cannot decide: too many large AdmissionReviews at once (this one holds 200"; !strings.HasPrefix(resp.Result.Message, want) {
 		t.Errorf("message %q, want it to start with %q", resp.Result.Message, want)
 	}
+
+	// Small reviews being read hold the whole small lane.
+	if err := smallLane.Acquire(context.Background(), smallLaneItems); err != nil {
+		t.Fatal(err)
+	}
+	_, resp = post(t, h, good)
+	smallLane.Release(smallLaneItems)
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests {
+		t.Fatalf("with the small lane taken: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
 	if _, resp := post(t, h, good); !resp.Allowed {
-		t.Errorf("with the budget given back: %+v", resp.Result)
+		t.Errorf("with the lanes given back: %+v", resp.Result)
+	}
+}
+
+// A long string is one JSON item: what reading and refusing it costs must
+// stay a small multiple of its size, however its bytes are escaped in a
+// message (a DEL is four bytes quoted).
+func TestLongStringsCostAboutTheirSize(t *testing.T) {
+	h := validatingHandler(t)
+	del := strings.Repeat("\x7f", 1<<20)
+	for _, c := range []struct {
+		name, spec, annotations string
+	}{
+		{"renewTime", `"holderIdentity":"cluster-a","renewTime":"` + del + `"`, designA},
+		{"designation", `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`, `"leaseguard.io/designated-manager":"` + del + `"`},
+		{"holder", `"holderIdentity":"` + del + `","renewTime":"2026-11-30T11:59:59.000000Z"`, designA},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(c.annotations, c.spec)}.json()
+			body = bytes.ReplaceAll(body, []byte(`\\x7f`), []byte{0x7f})
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, resp := post(t, h, body)
+			runtime.ReadMemStats(&after)
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("a %d-byte review allocated %.1f× its size", len(body), float64(alloc)/float64(len(body)))
+			if alloc > 8*uint64(len(body)) {
+				t.Errorf("a %d-byte review allocated %d MiB (%.0f× its size)", len(body), alloc>>20, float64(alloc)/float64(len(body)))
+			}
+			if msg := ""; resp.Result != nil {
+				if msg = resp.Result.Message; len(msg) > 800 {
+					t.Errorf("message of %d bytes", len(msg))
+				}
+			}
+		})
+	}
+}
+
+// A client that declares a large body and sends little holds little.
+func TestABodyIsHeldAsItArrives(t *testing.T) {
+	h := validatingHandler(t)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, ValidatePath, io.MultiReader(strings.NewReader(`{"apiVersion":`), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = 30 << 20
+	h.ServeHTTP(rec, req)
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+		t.Errorf("a body declared 30 MiB and cut after 14 bytes allocated %d KiB", alloc>>10)
+	}
+	if !strings.Contains(rec.Body.String(), "reading the request body: unexpected EOF") {
+		t.Errorf("answer %s", rec.Body.String())
 	}
 }
 

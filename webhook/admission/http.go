@@ -42,6 +42,9 @@ var largeReviews = make(chan struct{}, 2)
 
 const largeReviewWait = time.Second
 
+// bodyReadTimeout bounds the time a review's body takes to arrive.
+const bodyReadTimeout = 30 * time.Second
+
 // headBytes is how much of an oversized review is scanned for its UID.
 const headBytes = 64 << 10
 
@@ -79,6 +82,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuseUnread(w, "", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable")
 		return
 	}
+	// A client that sends its body slowly holds a goroutine and what it
+	// sent: it has bodyReadTimeout for all of it. (The API server gives up
+	// on a webhook after its timeout, at most 30 s.) Not every
+	// ResponseWriter can set it; the server's own can.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	if r.ContentLength > largeReviewBytes || r.ContentLength < 0 {
 		// Held until the answer is written: the body stays in memory
 		// while it is parsed and decided.
@@ -104,7 +112,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.now != nil {
 		now = h.now()
 	}
-	review, err := h.parse(r.Context(), body, now)
+	review, err := parseWithinBudget(r.Context(), body, now)
 	if err != nil {
 		code, reason := int32(http.StatusBadRequest), "unreadable"
 		var many *tooManyItems
@@ -123,16 +131,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.write(w, review.UID, h.d.decide(review))
-}
-
-// parse reads a review within the parse budget.
-func (h *handler) parse(ctx context.Context, body []byte, now time.Time) (*Review, error) {
-	release, err := takeParseBudget(ctx, reviewWeight(body))
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return ParseReview(body, now)
 }
 
 // takeLargeReviewSlot waits for one of the largeReviews slots.
@@ -162,28 +160,49 @@ func (e *tooLarge) Error() string {
 		"): no lease the API server can store is that large"
 }
 
-// readBody reads the whole review, up to MaxReviewBytes.
+// readBody reads the whole review, up to MaxReviewBytes. The buffer grows
+// with the bytes that arrive, to the declared length at most: a client that
+// declares a large body and sends nothing holds almost nothing, and the body
+// read is held once, not in a buffer twice its size.
 func (h *handler) readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxReviewBytes {
 		return nil, &tooLarge{size: r.ContentLength, uid: readUID(r.Body)}
 	}
-	size := r.ContentLength
-	if size < 0 || size > MaxReviewBytes {
-		size = 0
+	limit := int64(MaxReviewBytes + 1)
+	if r.ContentLength >= 0 {
+		limit = r.ContentLength
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+1))
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, MaxReviewBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the request body: %w", err)
+	buf := make([]byte, 0, min(limit, initialBodyBuffer))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= limit {
+				break
+			}
+			grown := make([]byte, len(buf), min(int64(2*cap(buf)), limit))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the request body: %w", err)
+		}
 	}
-	if n > MaxReviewBytes {
-		return nil, &tooLarge{uid: scanUID(buf.Bytes()[:headBytes])}
+	if len(buf) > MaxReviewBytes {
+		return nil, &tooLarge{uid: scanUID(buf[:headBytes])}
 	}
-	if n == 0 {
+	if len(buf) == 0 {
 		return nil, fmt.Errorf("request body is empty")
 	}
-	return buf.Bytes(), nil
+	return buf, nil
 }
+
+// initialBodyBuffer is the buffer a body is first read into: a lease
+// write's review fits.
+const initialBodyBuffer = 32 << 10
 
 // readUID reads the first bytes of a body for its UID.
 func readUID(body io.Reader) string {

@@ -64,6 +64,11 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	if err := checkItems(body); err != nil {
 		return nil, err
 	}
+	return parseValid(body, now)
+}
+
+// parseValid is ParseReview for a body already checked as JSON and counted.
+func parseValid(body []byte, now time.Time) (*Review, error) {
 	p := parsers.Get()
 	defer func() {
 		// A parser keeps the parse tree's room for the next body: only

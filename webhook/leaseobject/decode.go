@@ -127,7 +127,7 @@ func DecodeValue(res policy.Resource, v *fastjson.Value) (*policy.Object, error)
 	r := reader{root: v}
 	apiVersion, kind := r.str("apiVersion"), r.str("kind")
 	if r.err == nil && (kind != wantKind || apiVersion != wantVersion) {
-		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(apiVersion), orMissing(kind), wantVersion, wantKind)
+		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(policy.Clip(apiVersion)), orMissing(policy.Clip(kind)), wantVersion, wantKind)
 	}
 	o := &policy.Object{
 		Name:         r.str("metadata", "name"),
@@ -248,6 +248,9 @@ func (r *reader) metaTime(path ...string) time.Time {
 	return t
 }
 
+// maxManagedTimeBytes bounds a managedFields time worth parsing.
+const maxManagedTimeBytes = 64
+
 // renewWrite is the time of the managedFields entry of the main resource
 // that owns spec.renewTime: when the API server stored the last write of
 // it. A malformed entry is skipped; the API server writes these entries.
@@ -268,7 +271,13 @@ func (r *reader) renewWrite() time.Time {
 		if e.Get("fieldsV1", "f:spec", "f:renewTime") == nil {
 			continue
 		}
-		if t, err := ParseTime(string(e.GetStringBytes("time"))); err == nil && t.After(latest) {
+		// The API server writes these times as whole seconds
+		// (2026-01-02T15:04:05Z); a longer one is not its own.
+		b := e.GetStringBytes("time")
+		if len(b) > maxManagedTimeBytes {
+			continue
+		}
+		if t, ok := parseTime(string(b)); ok && t.After(latest) {
 			latest = t
 		}
 	}
@@ -333,7 +342,7 @@ func (r *reader) specCount(o *policy.Object, name string) int32 {
 	n, err := v.Int64()
 	switch {
 	case err != nil:
-		r.unreadable(o, name, v, ": want integer, got "+v.String())
+		r.unreadable(o, name, v, ": want integer, got "+policy.Clip(v.String()))
 	case n < 0:
 		r.unreadable(o, name, v, " is negative ("+strconv.FormatInt(n, 10)+")")
 	case n > math.MaxInt32:
@@ -385,5 +394,5 @@ func DecodeAnyLenient(data []byte) (policy.Resource, *policy.Object, error) {
 		}
 	}
 	return "", nil, fmt.Errorf("object is %s %s, want coordination.k8s.io/v1 Lease or %s/%s %s",
-		orMissing(head.APIVersion), orMissing(head.Kind), mclv1alpha1.Group, mclv1alpha1.Version, mclv1alpha1.Kind)
+		orMissing(policy.Clip(head.APIVersion)), orMissing(policy.Clip(head.Kind)), mclv1alpha1.Group, mclv1alpha1.Version, mclv1alpha1.Kind)
 }

@@ -3,6 +3,8 @@ package leaseobject
 import (
 	"fmt"
 	"time"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
 // ParseTime reads a time as the API server accepts it, so that every object
@@ -16,13 +18,25 @@ import (
 //     are not range-checked (so +99:00 is stored). The offset is applied as
 //     written: +99:00 is 99 hours ahead of UTC.
 func ParseTime(s string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+	if t, ok := parseTime(s); ok {
 		return t, nil
 	}
-	if t, ok := parseDateTime(s); ok {
-		return t, nil
+	// The value is cut before it is quoted: it can be megabytes long.
+	return time.Time{}, fmt.Errorf("\"%s\" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", policy.Clip(s))
+}
+
+// parseTime is ParseTime without the error, for callers that skip what they
+// cannot read.
+func parseTime(s string) (time.Time, bool) {
+	// time.Parse copies the whole value into its error; no RFC 3339 time
+	// it reads is longer than this (the date-time check allows a longer
+	// fraction, which parseDateTime reads).
+	if len(s) <= len("2006-01-02T15:04:05.999999999-07:00") {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t, true
+		}
 	}
-	return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", s)
+	return parseDateTime(s)
 }
 
 func parseDateTime(s string) (time.Time, bool) {

@@ -31,6 +31,17 @@ func (c *check) deny(inv Invariant, code int32, problem, hint string) Decision {
 // right-to-left override that would make a log line read backwards), and
 // long values cut.
 func clip(s string) string {
+	if len(s) > maxValue+utf8.UTFMax {
+		// Cut before escaping: a value can be megabytes, and escaping
+		// all of it (four bytes per control character) to keep eighty
+		// would cost many times its size. Still longer than maxValue, so
+		// the cut below marks it.
+		cut := maxValue + utf8.UTFMax
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
 	if strings.IndexFunc(s, notPrintable) >= 0 || !utf8.ValidString(s) {
 		q := strconv.Quote(s)
 		s = q[1 : len(q)-1]
