@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -40,6 +41,7 @@ import (
 // apiStats is what one mode's phase saw through the real API server.
 type apiStats struct {
 	mode                       string
+	round                      int
 	window                     time.Duration
 	leaseWrites, mclWrites     int64 // watch events: one per storage write
 	leaseRequests, mclRequests map[int]int64
@@ -312,6 +314,9 @@ func runAPIServer(ctx context.Context, o options) ([]*apiStats, error) {
 	if err := followWrites(ctx, admin, dyn, writes); err != nil {
 		return nil, err
 	}
+	if err := startWatchers(ctx, cp.Config, o.apiWatchers); err != nil {
+		return nil, err
+	}
 
 	// Every client request is counted and bounded: at most three per
 	// client per second of the whole run.
@@ -352,15 +357,49 @@ func runAPIServer(ctx context.Context, o options) ([]*apiStats, error) {
 		f.candidates = append(f.candidates, c)
 	}
 
+	// Rounds interleave the modes (A B A B ...), so that a slow minute of
+	// this shared machine falls on one sample, not on one mode.
 	var out []*apiStats
-	for _, m := range modes {
-		st, err := runMode(ctx, o, cp, guard, policyPath, procs, f, writes, m)
-		if err != nil {
-			return nil, fmt.Errorf("mode %s: %w", m.name, err)
+	for round := 1; round <= o.apiRounds; round++ {
+		for _, m := range modes {
+			st, err := runMode(ctx, o, cp, guard, policyPath, procs, f, writes, m)
+			if err != nil {
+				return nil, fmt.Errorf("mode %s: %w", m.name, err)
+			}
+			st.round = round
+			out = append(out, st)
 		}
-		out = append(out, st)
 	}
 	return out, nil
+}
+
+// startWatchers opens n watches of the namespace's Leases and
+// MultiClusterLeases, as a cluster's informers do (the garbage collector
+// and quota controllers of kube-controller-manager watch every resource),
+// each on its own connection, as each runs in its own process. The API
+// server sends every storage write to each: what coalescing saves grows
+// with them.
+func startWatchers(ctx context.Context, cfg *rest.Config, n int) error {
+	for i := range n {
+		c := rest.CopyConfig(cfg)
+		// A Dial of its own keeps client-go from sharing one transport
+		// (and one HTTP/2 connection) between the watchers.
+		dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+		c.Dial = dialer.DialContext
+		c.UserAgent = fmt.Sprintf("scale-watcher-%d", i)
+		admin, err := kubernetes.NewForConfig(c)
+		if err != nil {
+			return err
+		}
+		dyn, err := dynamic.NewForConfig(c)
+		if err != nil {
+			return err
+		}
+		if err := followWrites(ctx, admin, dyn, &writeWatch{designation: make(chan string, 1)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // followWrites counts the storage writes of the namespace's Leases and

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/controlplane"
@@ -44,6 +45,8 @@ type options struct {
 	coreWarmup    time.Duration
 	apiManagers   int
 	apiStandbys   int
+	apiWatchers   int
+	apiRounds     int
 	apiCandidates int
 	apiDuration   time.Duration
 	apiSettle     time.Duration
@@ -69,7 +72,9 @@ func main() {
 	flag.IntVar(&o.apiManagers, "managers", 300, "apiserver: client-go electors, one per bound Lease")
 	flag.IntVar(&o.apiStandbys, "standbys", 10, "apiserver: electors standing by on the first Leases, for failover")
 	flag.IntVar(&o.apiCandidates, "candidates", 20, "apiserver: candidates on the shared MultiClusterLease")
+	flag.IntVar(&o.apiWatchers, "watchers", 0, "apiserver: informers watching the namespace's Leases and MultiClusterLeases besides the counting one, each on its own connection (a cluster's controllers: the garbage collector, quota, leaseguard top, ...)")
 	flag.DurationVar(&o.apiDuration, "duration", 60*time.Second, "apiserver: measured time per mode")
+	flag.IntVar(&o.apiRounds, "rounds", 1, "apiserver: rounds of all the modes, interleaved; with more than one, the medians and the per-round ratios are printed too")
 	flag.DurationVar(&o.apiSettle, "settle", 20*time.Second, "apiserver: time after switching modes before measuring")
 	flag.Int64Var(&o.seed, "seed", 1, "random seed (start offsets)")
 	flag.StringVar(&o.modes, "modes", defaultModes, "modes to measure, in this order, the first "+allModes[0].name+" (of: "+modeNames()+")")
@@ -85,8 +90,8 @@ func run(o options) error {
 		return fmt.Errorf("--mode %q: want core, apiserver or both", o.mode)
 	}
 	switch {
-	case o.retryPeriod <= 0, o.coreManagers < 1, o.apiManagers < 1, o.apiCandidates < 2, o.apiStandbys < 0, o.apiStandbys > o.apiManagers:
-		return fmt.Errorf("--retry-period positive, --core-managers and --managers at least 1, --candidates at least 2, --standbys at most --managers")
+	case o.retryPeriod <= 0, o.coreManagers < 1, o.apiManagers < 1, o.apiCandidates < 2, o.apiStandbys < 0, o.apiStandbys > o.apiManagers, o.apiWatchers < 0, o.apiRounds < 1:
+		return fmt.Errorf("--retry-period positive, --core-managers and --managers at least 1, --candidates at least 2, --standbys at most --managers, --watchers not negative, --rounds at least 1")
 	case o.coreDuration < time.Second, o.coreWarmup <= 0, o.coreRTT < 0, o.apiDuration < time.Second, o.apiSettle < 0:
 		return fmt.Errorf("--core-duration and --duration at least 1s, --core-warmup positive, --core-rtt and --settle not negative")
 	}
@@ -116,7 +121,7 @@ func run(o options) error {
 	}
 	if o.mode == "apiserver" || o.mode == "both" {
 		// Bound the whole run in time, whatever happens.
-		budget := 4*time.Minute + time.Duration(len(modes))*(o.apiDuration+o.apiSettle+4*leaseDuration)
+		budget := 4*time.Minute + time.Duration(len(modes)*o.apiRounds)*(o.apiDuration+o.apiSettle+4*leaseDuration)
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		res, err := runAPIServer(ctx, o)
@@ -125,7 +130,7 @@ func run(o options) error {
 		}
 		printAPIServer(o, res)
 		path := filepath.Join(o.out, "scale-apiserver.png")
-		if err := plotAPIServer(path, o, res); err != nil {
+		if err := plotAPIServer(path, o, res[:len(modes)]); err != nil {
 			return err
 		}
 		fmt.Printf("plot: %s\n\n", filepath.Base(path))
@@ -145,9 +150,15 @@ func args() string {
 }
 
 func printAPIServer(o options, res []*apiStats) {
-	fmt.Printf("## through the API server: kube-apiserver %s + etcd + `leaseguard serve`, %d client-go electors (%d with a standby), %d candidates on the shared MultiClusterLease, %s per mode\n\n",
-		controlplane.KubernetesVersion, o.apiManagers, o.apiStandbys, o.apiCandidates, o.apiDuration)
+	fmt.Printf("## through the API server: kube-apiserver %s + etcd + `leaseguard serve`, %d client-go electors (%d with a standby), %d candidates on the shared MultiClusterLease, %d watchers besides the counting one, %s per mode\n\n",
+		controlplane.KubernetesVersion, o.apiManagers, o.apiStandbys, o.apiCandidates, o.apiWatchers, o.apiDuration)
 	base := res[0]
+	label := func(s *apiStats) string {
+		if o.apiRounds == 1 {
+			return s.mode
+		}
+		return fmt.Sprintf("%s (round %d)", s.mode, s.round)
+	}
 	fmt.Println("| mode | storage writes/s = watch events/s (Leases + shared) | × fewer | requests/s, Leases (by status) | requests/s, shared lease (by status) | × fewer on the shared lease | all lease requests/s | kube-apiserver CPU s per minute | leaderships lost | failover after a holder is killed: median / worst | shared lease: takeover after the designated candidate is killed |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range res {
@@ -159,7 +170,10 @@ func printAPIServer(o options, res []*apiStats) {
 		} else if s.mode != "unguarded" {
 			takeover = "not seen"
 		}
-		fmt.Printf("| %s | %.1f + %.2f | %.2f | %.1f (%s) | %.1f (%s) | %.2f | %.1f | %.1f | %d | %s / %s | %s |\n", s.mode,
+		if s.mode == allModes[0].name {
+			base = s // ratios against the same round's baseline
+		}
+		fmt.Printf("| %s | %.1f + %.2f | %.2f | %.1f (%s) | %.1f (%s) | %.2f | %.1f | %.1f | %d | %s / %s | %s |\n", label(s),
 			float64(s.leaseWrites)/secs, float64(s.mclWrites)/secs, ratio(base.leaseWrites+base.mclWrites, s.leaseWrites+s.mclWrites),
 			float64(sum(s.leaseRequests))/secs, byCode(s.leaseRequests, s.window), float64(sum(s.mclRequests))/secs, byCode(s.mclRequests, s.window),
 			ratio(sum(base.mclRequests), sum(s.mclRequests)), float64(sum(s.leaseRequests)+sum(s.mclRequests))/secs, perMin, s.lost,
@@ -170,10 +184,66 @@ func printAPIServer(o options, res []*apiStats) {
 	fmt.Println("|---|---|---|---|---|")
 	for _, s := range res {
 		secs := s.window.Seconds()
-		fmt.Printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", s.mode, s.cpu["kube-apiserver"]/secs, s.cpu["etcd"]/secs, s.cpu["leaseguard"]/secs, s.cpu[procstat.Machine]/secs)
+		fmt.Printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", label(s), s.cpu["kube-apiserver"]/secs, s.cpu["etcd"]/secs, s.cpu["leaseguard"]/secs, s.cpu[procstat.Machine]/secs)
 	}
 	fmt.Println("\n(cores busy on average during the measured window)")
 	fmt.Println()
+	if o.apiRounds > 1 {
+		printRounds(res)
+	}
+}
+
+// printRounds summarises interleaved rounds: per mode, the median of each
+// figure and of its ratio to the same round's baseline.
+func printRounds(res []*apiStats) {
+	type acc struct{ cpu, cpuRatio, writes, writeRatio []float64 }
+	byMode := map[string]*acc{}
+	var order []string
+	var base *apiStats
+	for _, s := range res {
+		if s.mode == allModes[0].name {
+			base = s
+		}
+		a := byMode[s.mode]
+		if a == nil {
+			a = &acc{}
+			byMode[s.mode] = a
+			order = append(order, s.mode)
+		}
+		cpu := s.apiserverCPU / s.window.Seconds() * 60
+		baseCPU := base.apiserverCPU / base.window.Seconds() * 60
+		writes := float64(s.leaseWrites+s.mclWrites) / s.window.Seconds()
+		a.cpu = append(a.cpu, cpu)
+		a.cpuRatio = append(a.cpuRatio, cpu/baseCPU)
+		a.writes = append(a.writes, writes)
+		a.writeRatio = append(a.writeRatio, ratio(base.leaseWrites+base.mclWrites, s.leaseWrites+s.mclWrites))
+	}
+	fmt.Printf("Medians of %d interleaved rounds (each ratio against the same round's %s):\n\n", len(byMode[order[0]].cpu), order[0])
+	fmt.Println("| mode | kube-apiserver CPU s per minute (each round) | median | CPU ÷ baseline, median (range) | storage writes/s, median | × fewer, median |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, name := range order {
+		a := byMode[name]
+		each := ""
+		for i, c := range a.cpu {
+			if i > 0 {
+				each += ", "
+			}
+			each += fmt.Sprintf("%.1f", c)
+		}
+		fmt.Printf("| %s | %s | %.1f | %.2f (%.2f–%.2f) | %.1f | %.2f |\n", name, each, median(a.cpu), median(a.cpuRatio),
+			slices.Min(a.cpuRatio), slices.Max(a.cpuRatio), median(a.writes), median(a.writeRatio))
+	}
+	fmt.Println()
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
