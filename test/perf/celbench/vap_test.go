@@ -86,4 +86,22 @@ func BenchmarkVAP(b *testing.B) {
 	static := manifests.VAPDefaults()
 	static.StaticMessages = true
 	b.Run("static-messages", func(b *testing.B) { run(b, vapFor(b, "kcc-namespace-leases", static)) })
+	// What the server's clock alone costs: the rendered variables, and one
+	// validation that needs only the clock (now, from the writer's own
+	// managedFields stamp; no entry re-dated ahead of it; the stored
+	// renewal's record not moved back).
+	clock := vapFor(b, "kcc-namespace-leases", static)
+	clock.Spec.Validations = []admissionregistrationv1.Validation{{
+		Expression: "variables.now.hasValue() && !variables.clockRewritten && variables.recordFailure == ''", Message: "clock"}}
+	b.Run("clock-only", func(b *testing.B) { run(b, clock) })
+	// The floor: benchapi's hand-written policy of three identity checks
+	// (docs/performance.md, setup vap), on this write.
+	hand := vapFor(b, "kcc-namespace-leases", static)
+	hand.Spec.Variables = nil
+	hand.Spec.Validations = []admissionregistrationv1.Validation{
+		{Expression: "object.metadata.name.startsWith('kcc-leader-') && request.userInfo.username == 'system:serviceaccount:cnrm-system:cnrm-controller-manager-' + object.metadata.name.substring(11)", Message: "name"},
+		{Expression: "!has(object.spec.holderIdentity) || object.spec.holderIdentity == '' || (has(request.userInfo.extra) && request.userInfo.extra[?'authentication.kubernetes.io/pod-name'].orValue([''])[0] != '' && object.spec.holderIdentity.startsWith(request.userInfo.extra[?'authentication.kubernetes.io/pod-name'].orValue([''])[0]))", Message: "holder"},
+		{Expression: "oldObject == null || !has(oldObject.spec.renewTime) || !has(object.spec.renewTime) || timestamp(object.spec.renewTime) >= timestamp(oldObject.spec.renewTime)", Message: "time"},
+	}
+	b.Run("hand-written-three-checks", func(b *testing.B) { run(b, hand) })
 }
