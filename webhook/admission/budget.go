@@ -21,11 +21,11 @@ import (
 // large ones.
 
 // MaxReviewItems is the most JSON items (values and object keys) leaseguard
-// reads in one AdmissionReview: 50 to 60 MiB of parse tree. A lease write's
+// reads in one AdmissionReview: 40 to 50 MiB of parse tree. A lease write's
 // review holds a few hundred (its object, the stored object, managedFields);
 // only an object stuffed with tens of thousands of labels or annotations
 // comes near it, and such an object is no lease.
-const MaxReviewItems = 120_000
+const MaxReviewItems = 100_000
 
 // uncountedBytes is the body size up to which the items are not counted:
 // a body holds at most one item per byte (plus one), so such a body takes
@@ -33,12 +33,13 @@ const MaxReviewItems = 120_000
 // every second cost no extra pass.
 const uncountedBytes = 16 << 10
 
-// The lanes, in items: the small one for bodies up to uncountedBytes (a
-// hundred thousand: dozens of lease reviews at once, about 45 MiB at most),
-// the large one for the rest (two of the largest, about 110 MiB).
+// The lanes, in items: the small one for bodies up to uncountedBytes
+// (dozens of lease reviews at once, about 30 MiB at most), the large one
+// for the rest (one of the largest and more, about 70 MiB). With the bodies'
+// own budget (48 MiB, http.go) a replica stays within its 256 Mi.
 const (
-	smallLaneItems = 100_000
-	largeLaneItems = 2 * MaxReviewItems
+	smallLaneItems = 60_000
+	largeLaneItems = 3 * MaxReviewItems / 2
 )
 
 // bytesPerItem prices a large body's bytes in items: what the body, its
@@ -83,29 +84,38 @@ func checkItems(body []byte) error {
 // parseWithinBudget is ParseReview within the budget: a small body takes
 // its size from the small lane; a larger one is checked and counted first
 // (refused at once past MaxReviewItems), then takes its items and its bytes'
-// worth from the large lane.
-func parseWithinBudget(ctx context.Context, body []byte, now time.Time) (*Review, error) {
+// worth from the large lane. The caller gives the room back with release
+// once it has answered: what was read from the body lives until then.
+func parseWithinBudget(ctx context.Context, body []byte, now time.Time) (_ *Review, release func(), _ error) {
 	if len(body) <= uncountedBytes {
 		release, err := takeLane(ctx, smallLane, len(body)+1, len(body)+1)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		defer release()
-		return ParseReview(body, now)
+		r, err := ParseReview(body, now)
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		return r, release, nil
 	}
 	if !json.Valid(body) {
-		return nil, notJSON(body)
+		return nil, nil, notJSON(body)
 	}
 	items := countItems(body)
 	if items > MaxReviewItems {
-		return nil, &tooManyItems{items: items}
+		return nil, nil, &tooManyItems{items: items}
 	}
 	release, err := takeLane(ctx, largeLane, min(items+len(body)/bytesPerItem, largeLaneItems), items)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer release()
-	return parseValid(body, now)
+	r, err := parseValid(body, now)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return r, release, nil
 }
 
 // takeLane waits for weight in lane and returns what gives it back.

@@ -11,8 +11,12 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
 func TestCountItemsCountsValuesAndKeys(t *testing.T) {
@@ -137,9 +141,16 @@ func TestLongStringsCostAboutTheirSize(t *testing.T) {
 		{"renewTime", `"holderIdentity":"cluster-a","renewTime":"` + del + `"`, designA},
 		{"designation", `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`, `"leaseguard.io/designated-manager":"` + del + `"`},
 		{"holder", `"holderIdentity":"` + del + `","renewTime":"2026-11-30T11:59:59.000000Z"`, designA},
+		// Unreadable, kept as stored: its text is compared, not re-quoted
+		// (the quote would make fastjson escape every DEL).
+		{"unreadable renewTime kept", `"holderIdentity":"cluster-a","renewTime":"\"` + del + `"`, designA},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			body := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(c.annotations, c.spec)}.json()
+			r := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(c.annotations, c.spec)}
+			if strings.HasSuffix(c.name, "kept") {
+				r.operation, r.oldObject = "UPDATE", r.object
+			}
+			body := r.json()
 			body = bytes.ReplaceAll(body, []byte(`\\x7f`), []byte{0x7f})
 			runtime.GC()
 			var before, after runtime.MemStats
@@ -157,6 +168,31 @@ func TestLongStringsCostAboutTheirSize(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Large bodies being read share a budget of bytes; a small one (every lease
+// write's) never waits for it.
+func TestLargeBodiesWaitForTheirBudgetThenAreRefused(t *testing.T) {
+	h := validatingHandler(t)
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	large := withUnreadField(good, []byte(`"`+strings.Repeat("x", 100<<10)+`"`))
+	if err := bodyBudget.Acquire(context.Background(), bodyBudgetBytes); err != nil {
+		t.Fatal(err)
+	}
+	_, small := post(t, h, good)
+	_, resp := post(t, h, large)
+	bodyBudget.Release(bodyBudgetBytes)
+	if !small.Allowed {
+		t.Errorf("a small review with the body budget taken: %+v", small.Result)
+	}
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests ||
+		resp.Result.Message != "leaseguard: cannot decide: too many large AdmissionReviews at once; try again" {
+		t.Fatalf("a large review with the body budget taken: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	if _, resp := post(t, h, large); !resp.Allowed {
+		t.Errorf("with the budget given back: %+v", resp.Result)
 	}
 }
 
@@ -215,5 +251,38 @@ func TestClientChosenStringsInRefusalsAreCut(t *testing.T) {
 				t.Errorf("answer UID of %d bytes, want %q", len(resp.UID), c.wantUID)
 			}
 		})
+	}
+}
+
+// A denial's log line names the lease with its values cut, as its message
+// does: a namespace a glob selects can be as long as a client posts.
+func TestDenialLogLinesAreBounded(t *testing.T) {
+	p, err := policyfile.Parse([]byte(`apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+rules:
+- name: teams
+  resources: [multiclusterleases]
+  namespaces: ["team-*"]
+  managers: ["`+managerA+`"]
+`), policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	h := (&Validator{Policies: StaticPolicy{P: p}, Log: log, Now: func() time.Time { return testNow }}).Handler()
+	ns := "team-" + strings.Repeat("a", 1<<20) + "\u202e"
+	object := strings.Replace(mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`),
+		`"namespace":"cnrm-system"`, `"namespace":"`+ns+`"`, 1)
+	body := review{kind: "MultiClusterLease", operation: "CREATE", user: managerB, object: object}.json()
+	body = bytes.Replace(body, []byte(`"namespace":"cnrm-system"`), []byte(`"namespace":"`+ns+`"`), 1)
+	if _, resp := post(t, h, body); resp.Allowed {
+		t.Fatalf("a stranger's create was allowed")
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want the denial's", len(lines))
+	}
+	if len(lines[0]) > 2048 || strings.Contains(lines[0], "\u202e") {
+		t.Errorf("log line of %d bytes: %.300s", len(lines[0]), lines[0])
 	}
 }

@@ -73,7 +73,7 @@ func (v *Validator) decide(r *Review) Answer {
 		}
 		v.Log.Info("lease write "+verdictPast(d.Verdict),
 			"rule", d.Rule, "invariant", string(d.Invariant), "verdict", d.Verdict.String(),
-			"user", policy.Clip(req.Caller.Username), "resource", string(req.Resource), "namespace", obj.Namespace, "name", policy.Clip(obj.Name),
+			"user", policy.Clip(req.Caller.Username), "resource", string(req.Resource), "namespace", policy.Clip(obj.Namespace), "name", policy.Clip(obj.Name),
 			"operation", string(req.Operation), "subresource", req.Subresource, "dryRun", req.DryRun,
 			"message", d.Message)
 	}
@@ -163,7 +163,7 @@ func (m *Designator) decide(r *Review) Answer {
 		} else {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escapeJSONPointer(policy.DesignationAnnotation), Value: user})
 		}
-		m.Log.V(1).Info("designating manager", "user", policy.Clip(user), "namespace", req.New.Namespace, "name", policy.Clip(req.New.Name))
+		m.Log.V(1).Info("designating manager", "user", policy.Clip(user), "namespace", policy.Clip(req.New.Namespace), "name", policy.Clip(req.New.Name))
 	}
 	if len(ops) == 0 {
 		return Answer{Allowed: true}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/leaseguard/leaseguard/webhook/metrics"
@@ -30,15 +31,19 @@ import (
 // first bytes, where the API server writes it.
 const MaxReviewBytes = 32 << 20
 
-// largeReviewBytes is where a review stops being one of the small ones that
-// every lease write makes; reading, parsing and deciding one of these takes
-// a slot of largeReviews, so that a flood of huge writes cannot run
-// leaseguard out of memory (parsing is bounded by items too: budget.go).
-const largeReviewBytes = 1 << 20
+// smallBodyBytes is where a review stops being one of the small ones that
+// every lease write makes. The bytes of larger bodies being read and
+// decided at once are bounded by bodyBudget (a large body that finds no
+// room within largeReviewWait is refused), so that many connections each
+// sending a large body cannot run leaseguard out of memory; their parsing
+// is bounded by items too (budget.go).
+const smallBodyBytes = 64 << 10
 
-// largeReviews bounds how many large reviews are read at once; a large
-// review that finds no slot within largeReviewWait is refused.
-var largeReviews = make(chan struct{}, 2)
+// bodyBudgetBytes is the room for large bodies: one of the largest the API
+// server sends and more besides.
+const bodyBudgetBytes = 48 << 20
+
+var bodyBudget = semaphore.NewWeighted(bodyBudgetBytes)
 
 const largeReviewWait = time.Second
 
@@ -87,10 +92,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// on a webhook after its timeout, at most 30 s.) Not every
 	// ResponseWriter can set it; the server's own can.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	if r.ContentLength > largeReviewBytes || r.ContentLength < 0 {
+	if r.ContentLength > smallBodyBytes || r.ContentLength < 0 {
 		// Held until the answer is written: the body stays in memory
 		// while it is parsed and decided.
-		release, err := takeLargeReviewSlot(r.Context())
+		release, err := takeBodyBudget(r.Context(), r.ContentLength)
 		if err != nil {
 			h.refuseUnread(w, "", http.StatusTooManyRequests, err, "busy")
 			return
@@ -112,7 +117,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.now != nil {
 		now = h.now()
 	}
-	review, err := parseWithinBudget(r.Context(), body, now)
+	review, release, err := parseWithinBudget(r.Context(), body, now)
+	if err == nil {
+		// What was read from the body (strings, unreadable fields' text)
+		// lives until the answer is written.
+		defer release()
+	}
 	if err != nil {
 		code, reason := int32(http.StatusBadRequest), "unreadable"
 		var many *tooManyItems
@@ -133,16 +143,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.write(w, review.UID, h.d.decide(review))
 }
 
-// takeLargeReviewSlot waits for one of the largeReviews slots.
-func takeLargeReviewSlot(ctx context.Context) (release func(), err error) {
+// takeBodyBudget waits for room for a body of the declared length (of the
+// most leaseguard reads when it is not declared; of its head when it is
+// larger, as only the head is read).
+func takeBodyBudget(ctx context.Context, declared int64) (release func(), err error) {
+	n := declared
+	switch {
+	case n > MaxReviewBytes:
+		n = headBytes
+	case n < 0:
+		n = MaxReviewBytes
+	}
 	ctx, cancel := context.WithTimeout(ctx, largeReviewWait)
 	defer cancel()
-	select {
-	case largeReviews <- struct{}{}:
-		return func() { <-largeReviews }, nil
-	case <-ctx.Done():
+	if err := bodyBudget.Acquire(ctx, n); err != nil {
 		return nil, fmt.Errorf("too many large AdmissionReviews at once; try again")
 	}
+	return func() { bodyBudget.Release(n) }, nil
 }
 
 // tooLarge is a review larger than MaxReviewBytes.
@@ -266,8 +283,9 @@ func (h *handler) refuseUnread(w http.ResponseWriter, uid string, code int32, er
 		h.write(w, uid, Answer{Allowed: true})
 		return
 	}
-	h.log.Info("refused unreadable admission request", "uid", uid, "reason", reason, "error", err.Error())
-	h.write(w, uid, Answer{Status: failure(code, badRequest(err))})
+	refusal := badRequest(err)
+	h.log.Info("refused unreadable admission request", "uid", uid, "reason", reason, "error", refusal.Error())
+	h.write(w, uid, Answer{Status: failure(code, refusal)})
 }
 
 func failure(code int32, err error) *metav1.Status {

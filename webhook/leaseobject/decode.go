@@ -15,6 +15,8 @@ package leaseobject
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -287,7 +289,32 @@ func (r *reader) renewWrite() time.Time {
 // unreadable records a spec field leaseguard cannot read; problem reads on
 // from the field's name (": want string, ...", " is negative (-1)").
 func (r *reader) unreadable(o *policy.Object, name string, v *fastjson.Value, problem string) {
-	o.Unreadable = append(o.Unreadable, policy.Unreadable{Field: "spec." + name, Raw: string(v.MarshalTo(nil)), Problem: problem})
+	o.Unreadable = append(o.Unreadable, policy.Unreadable{Field: "spec." + name, Raw: rawKey(v), Problem: problem})
+}
+
+// maxRawBytes is the longest JSON text kept as an unreadable field's Raw;
+// a longer one is kept as its length and digest, which compare the same.
+const maxRawBytes = 4 << 10
+
+// rawKey is what an unreadable field's value is compared by: its JSON
+// text, or for a long one its length and SHA-256. A string is taken as it
+// reads, not re-marshalled (fastjson re-quotes one holding a quote or a
+// control character, four bytes for each control character).
+func rawKey(v *fastjson.Value) string {
+	prefix, text := "", []byte(nil)
+	if v.Type() == fastjson.TypeString && len(v.GetStringBytes()) > maxRawBytes/4 {
+		// Quoted, it could be four times as long: digested as it reads.
+		prefix, text = "string ", v.GetStringBytes()
+	} else {
+		text = v.MarshalTo(nil)
+	}
+	if len(text) <= maxRawBytes {
+		return prefix + string(text)
+	}
+	h := sha256.New()
+	h.Write([]byte(prefix))
+	h.Write(text)
+	return prefix + strconv.Itoa(len(text)) + " bytes, sha256 " + hex.EncodeToString(h.Sum(nil))
 }
 
 func (r *reader) specStr(o *policy.Object, name string) string {

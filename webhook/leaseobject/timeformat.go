@@ -70,7 +70,10 @@ func parseClock(s string) (time.Duration, string, bool) {
 	}
 	d := time.Duration(hh)*time.Hour + time.Duration(mm)*time.Minute + time.Duration(ss)*time.Second
 	rest := s[8:]
-	if len(rest) == 0 || rest[0] != '.' {
+	// A comma too, as Go's time.Parse reads it (and the date-time
+	// pattern's unescaped '.' lets the API server store it): a fraction
+	// read by time.Parse when short must read the same when long.
+	if len(rest) == 0 || (rest[0] != '.' && rest[0] != ',') {
 		return d, rest, true
 	}
 	i, scale := 1, time.Duration(100000000)

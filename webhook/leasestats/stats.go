@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -79,6 +81,11 @@ func (s *Stats) Observe(resource policy.Resource, namespace, name, user string, 
 	if v >= len(verdictCounts{}) {
 		v = int(policy.Allow)
 	}
+	// Keys are kept until others push them out: cut and copied, so that a
+	// caller who posts reviews straight to the port with megabyte names
+	// cannot make the table hold megabytes (the API server allows 253
+	// bytes of name, 63 of namespace).
+	namespace, name, user = keyText(namespace), keyText(name), keyText(user)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total++
@@ -93,6 +100,22 @@ func (s *Stats) Observe(resource policy.Resource, namespace, name, user string, 
 		we.value = writerValue{}
 	}
 	we.value.verdicts[v]++
+}
+
+// maxKeyBytes bounds a name, namespace or user kept as a key.
+const maxKeyBytes = 256
+
+// keyText cuts s to maxKeyBytes (on a character boundary) into a string of
+// its own, which does not keep the rest of s alive.
+func keyText(s string) string {
+	if len(s) <= maxKeyBytes {
+		return s
+	}
+	cut := maxKeyBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.Clone(s[:cut]) + "..."
 }
 
 // ObserveRequest counts a judged admission request: the object it is about
