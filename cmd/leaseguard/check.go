@@ -146,10 +146,22 @@ func (o *checkOptions) request() (*policy.Request, error) {
 	return req, nil
 }
 
+// maxObjectFileBytes bounds an object file `check` reads: more than any
+// lease the API server stores.
+const maxObjectFileBytes = 32 << 20
+
 func readObject(path string) (policy.Resource, *policy.Object, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxObjectFileBytes+1))
+	if err != nil {
+		return "", nil, err
+	}
+	if len(data) > maxObjectFileBytes {
+		return "", nil, fmt.Errorf("%s: larger than %d MiB: no lease the API server stores is", path, maxObjectFileBytes>>20)
 	}
 	res, obj, err := leaseobject.DecodeAnyLenient(data)
 	if err != nil {

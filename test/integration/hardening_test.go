@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -196,6 +197,23 @@ func TestWriteStuffedWithItemsIsRefusedUnparsed(t *testing.T) {
 	}
 	if after := badRequests(t); after != before+1 {
 		t.Errorf("leaseguard_bad_requests_total went from %v to %v, want one more", before, after)
+	}
+
+	// A Lease created with 12,000 labels would hold 60,000 items (its
+	// labels, and managedFields naming each): created, no later write of
+	// it (120,000 items) could be read. So it is not created.
+	huge := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hardNS, Name: "stuffed", Labels: map[string]string{}},
+		Spec: *stored.Spec.DeepCopy()}
+	for i := range 12_000 {
+		huge.Labels["l"+strconv.Itoa(i)] = ""
+	}
+	client, err := kubernetes.NewForConfig(impersonating(hardManagerA, "a-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.CoordinationV1().Leases(hardNS).Create(context.Background(), huge, metav1.CreateOptions{})
+	if !apierrors.IsRequestEntityTooLargeError(err) || !strings.Contains(err.Error(), "more than leaseguard admits in one lease ("+strconv.Itoa(admission.MaxObjectItems)+")") {
+		t.Errorf("creating a Lease of 12,000 labels: %v", err)
 	}
 
 	labelled := stored.DeepCopy()

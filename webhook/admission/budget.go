@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/valyala/fastjson"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/leaseguard/leaseguard/webhook/leaseobject"
 )
 
 // What a review costs leaseguard's memory is fastjson's parse tree, not the
@@ -26,6 +29,12 @@ import (
 // only an object stuffed with tens of thousands of labels or annotations
 // comes near it, and such an object is no lease.
 const MaxReviewItems = 100_000
+
+// MaxObjectItems is the most JSON items a written object may hold: half of
+// MaxReviewItems, so that every later write of it (a review carrying it
+// twice, as object and oldObject) is one leaseguard reads. Without it a
+// lease could be created that no one could then update.
+const MaxObjectItems = leaseobject.MaxObjectItems
 
 // uncountedBytes is the body size up to which the items are not counted:
 // a body holds at most one item per byte (plus one), so such a body takes
@@ -63,11 +72,45 @@ func (e *tooManyItems) Error() string {
 		e.items, MaxReviewItems)
 }
 
+// objectTooLarge is a written object holding more than MaxObjectItems.
+type objectTooLarge struct{ items int }
+
+func (e *objectTooLarge) Error() string {
+	return fmt.Sprintf("request.object holds %d JSON values and keys, more than leaseguard admits in one lease (%d): "+
+		"every later write of it would be a review larger than leaseguard reads", e.items, MaxObjectItems)
+}
+
+// valueItems counts the items of a parsed value as countItems counts them
+// in text (an empty array or object counts one too many).
+func valueItems(v *fastjson.Value) int {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		n := 1
+		if o.Len() == 0 {
+			n++
+		}
+		o.Visit(func(_ []byte, child *fastjson.Value) { n += 1 + valueItems(child) })
+		return n
+	case fastjson.TypeArray:
+		items, _ := v.Array()
+		n := 1
+		if len(items) == 0 {
+			n++
+		}
+		for _, item := range items {
+			n += valueItems(item)
+		}
+		return n
+	}
+	return 1
+}
+
 // parseBusy is a review that found no room in its lane in time.
 type parseBusy struct{ items int }
 
 func (e *parseBusy) Error() string {
-	return fmt.Sprintf("too many large AdmissionReviews at once (this one holds %d JSON values and keys); try again", e.items)
+	return fmt.Sprintf("too many AdmissionReviews being read at once (this one holds %d JSON values and keys); try again", e.items)
 }
 
 // checkItems refuses a body holding more than MaxReviewItems.
@@ -132,29 +175,4 @@ func takeLane(ctx context.Context, lane *semaphore.Weighted, weight, items int) 
 	return func() { lane.Release(w) }, nil
 }
 
-// countItems counts the JSON items of a valid JSON body: every array and
-// object, every value in them and every key. That is the root plus one per
-// '[', '{', ',' and ':' outside strings (an empty array or object counts
-// one too many, which its parse tree costs anyway). Linear, no allocation.
-func countItems(body []byte) int {
-	n, inString := 1, false
-	for i := 0; i < len(body); i++ {
-		c := body[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++ // the escaped byte; \uXXXX's digits need no care
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '[', '{', ',', ':':
-			n++
-		}
-	}
-	return n
-}
+func countItems(body []byte) int { return leaseobject.CountItems(body) }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/valyala/fastjson"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -93,6 +95,20 @@ func TestReviewsHoldingTooManyItemsAreRefusedBeforeParsing(t *testing.T) {
 	}
 }
 
+// postBusy sends body to h, which must fail the call as busy: an HTTP 503
+// the API server treats as the webhook failing (its failurePolicy decides),
+// not an AdmissionReview.
+func postBusy(t *testing.T, h http.Handler, body []byte, want string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" || !strings.HasPrefix(rec.Body.String(), want) {
+		t.Errorf("HTTP %d, Retry-After %q, body %q; want 503 and %q", rec.Code, rec.Header().Get("Retry-After"), rec.Body.String(), want)
+	}
+}
+
 func TestReviewsWaitForTheParseBudgetThenAreRefused(t *testing.T) {
 	h := validatingHandler(t)
 	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
@@ -102,28 +118,23 @@ func TestReviewsWaitForTheParseBudgetThenAreRefused(t *testing.T) {
 	if err := largeLane.Acquire(context.Background(), largeLaneItems); err != nil {
 		t.Fatal(err)
 	}
-	_, resp := post(t, h, good)
-	if !resp.Allowed {
-		t.Errorf("with the large lane taken: %+v", resp.Result)
-	}
-	_, resp = post(t, h, withUnreadField(good, manyItems(20_000)))
-	largeLane.Release(largeLaneItems)
-	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests {
-		t.Fatalf("a large review with the large lane taken: allowed=%v %+v", resp.Allowed, resp.Result)
-	}
-	if want := "leaseguard: cannot decide: too many large AdmissionReviews at once (this one holds 200"; !strings.HasPrefix(resp.Result.Message, want) {
-		t.Errorf("message %q, want it to start with %q", resp.Result.Message, want)
-	}
+	func() {
+		defer largeLane.Release(largeLaneItems)
+		if _, resp := post(t, h, good); !resp.Allowed {
+			t.Errorf("with the large lane taken: %+v", resp.Result)
+		}
+		postBusy(t, h, withUnreadField(good, manyItems(20_000)),
+			"leaseguard: too many AdmissionReviews being read at once (this one holds 200")
+	}()
 
 	// Small reviews being read hold the whole small lane.
 	if err := smallLane.Acquire(context.Background(), smallLaneItems); err != nil {
 		t.Fatal(err)
 	}
-	_, resp = post(t, h, good)
-	smallLane.Release(smallLaneItems)
-	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests {
-		t.Fatalf("with the small lane taken: allowed=%v %+v", resp.Allowed, resp.Result)
-	}
+	func() {
+		defer smallLane.Release(smallLaneItems)
+		postBusy(t, h, good, "leaseguard: too many AdmissionReviews being read at once")
+	}()
 	if _, resp := post(t, h, good); !resp.Allowed {
 		t.Errorf("with the lanes given back: %+v", resp.Result)
 	}
@@ -181,16 +192,13 @@ func TestLargeBodiesWaitForTheirBudgetThenAreRefused(t *testing.T) {
 	if err := bodyBudget.Acquire(context.Background(), bodyBudgetBytes); err != nil {
 		t.Fatal(err)
 	}
-	_, small := post(t, h, good)
-	_, resp := post(t, h, large)
-	bodyBudget.Release(bodyBudgetBytes)
-	if !small.Allowed {
-		t.Errorf("a small review with the body budget taken: %+v", small.Result)
-	}
-	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusTooManyRequests ||
-		resp.Result.Message != "leaseguard: cannot decide: too many large AdmissionReviews at once; try again" {
-		t.Fatalf("a large review with the body budget taken: allowed=%v %+v", resp.Allowed, resp.Result)
-	}
+	func() {
+		defer bodyBudget.Release(bodyBudgetBytes)
+		if _, small := post(t, h, good); !small.Allowed {
+			t.Errorf("a small review with the body budget taken: %+v", small.Result)
+		}
+		postBusy(t, h, large, "leaseguard: too many large AdmissionReviews being read at once; try again")
+	}()
 	if _, resp := post(t, h, large); !resp.Allowed {
 		t.Errorf("with the budget given back: %+v", resp.Result)
 	}
@@ -284,5 +292,111 @@ rules:
 	}
 	if len(lines[0]) > 2048 || strings.Contains(lines[0], "\u202e") {
 		t.Errorf("log line of %d bytes: %.300s", len(lines[0]), lines[0])
+	}
+}
+
+// blockedWriter is a client that does not read its answer.
+type blockedWriter struct {
+	header  http.Header
+	writing chan struct{}
+	unblock chan struct{}
+}
+
+func (b *blockedWriter) Header() http.Header { return b.header }
+func (b *blockedWriter) WriteHeader(int)     {}
+func (b *blockedWriter) Write(p []byte) (int, error) {
+	select {
+	case b.writing <- struct{}{}:
+	default:
+	}
+	<-b.unblock
+	return len(p), nil
+}
+
+// The budgets are given back before the answer is written: a client that
+// never reads its answer holds only its own connection (round 3 of the
+// red-team held both lanes this way with six connections, and every lease
+// write was refused).
+func TestAnUnreadAnswerHoldsNoBudget(t *testing.T) {
+	h := validatingHandler(t)
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	large := withUnreadField(good, manyItems(60_000)) // over 64 KiB: body budget and large lane
+	w := &blockedWriter{header: http.Header{}, writing: make(chan struct{}, 1), unblock: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(large))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(w, req)
+	}()
+	<-w.writing
+	for name, lane := range map[string]struct {
+		s *semaphore.Weighted
+		n int64
+	}{"body budget": {bodyBudget, bodyBudgetBytes}, "large lane": {largeLane, largeLaneItems}, "small lane": {smallLane, smallLaneItems}} {
+		if !lane.s.TryAcquire(lane.n) {
+			t.Errorf("the %s is held while the answer is written", name)
+			continue
+		}
+		lane.s.Release(lane.n)
+	}
+	close(w.unblock)
+	<-done
+}
+
+// A client that declares a large body and sends little reserves nothing of
+// the body budget: room is taken as the bytes arrive.
+func TestADeclaredBodyReservesNothingUntilItArrives(t *testing.T) {
+	h := validatingHandler(t)
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req := httptest.NewRequest(http.MethodPost, ValidatePath, pr)
+		req.Header.Set("Content-Type", "application/json")
+		req.ContentLength = 25 << 20
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	if _, err := pw.Write([]byte(`{"apiVersion":`)); err != nil {
+		t.Fatal(err)
+	}
+	if !bodyBudget.TryAcquire(bodyBudgetBytes) {
+		t.Errorf("a body declared 25 MiB, 14 bytes sent, holds part of the body budget")
+	} else {
+		bodyBudget.Release(bodyBudgetBytes)
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	<-done
+}
+
+// A written object may hold at most half of what leaseguard reads in one
+// review, so that its every later write (object and oldObject) is read:
+// else a lease could be created that its own manager could never update.
+func TestAnObjectTooLargeToUpdateIsNotCreated(t *testing.T) {
+	h := validatingHandler(t)
+	var ann strings.Builder
+	ann.WriteString(designA)
+	for i := range 26_000 {
+		fmt.Fprintf(&ann, `,"a%d":""`, i)
+	}
+	object := mcl(ann.String(), `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`)
+	body := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: object}.json()
+	_, resp := post(t, h, body)
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	want := "leaseguard: cannot decide: request.object holds 52046 JSON values and keys, more than leaseguard admits in one lease (50000)"
+	if !strings.HasPrefix(resp.Result.Message, want) {
+		t.Errorf("message %q, want it to start with %q", resp.Result.Message, want)
+	}
+	// Counted as the text count counts it.
+	var p fastjson.Parser
+	v, err := p.Parse(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := valueItems(v), countItems([]byte(object)); got != want {
+		t.Errorf("valueItems = %d, countItems = %d", got, want)
 	}
 }

@@ -144,6 +144,11 @@ func (m *Designator) webhook() string { return "mutate" }
 // validation, which refuses it; mutating it would only hide the error.
 func (m *Designator) refusesUnreadable() bool { return false }
 
+// maxPatchedValueBytes bounds a value the mutating webhook writes into a
+// patch: a username (Kubernetes names are at most 253 bytes, a service
+// account's username under 320) or a stored renewTime (about 30 bytes).
+const maxPatchedValueBytes = 1 << 10
+
 type patchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
@@ -154,10 +159,14 @@ func (m *Designator) decide(r *Review) Answer {
 	req := r.Request
 	p := m.Policies.Policy()
 	var ops []patchOp
-	if policy.Coalesce(p, req) {
+	// The patch echoes a stored time or a username: past the sizes a
+	// real lease carries, nothing is patched (the renewal is stored, the
+	// designation left to the manager or an operator), so that an answer
+	// never grows with what a client posts.
+	if policy.Coalesce(p, req) && len(req.Old.RenewTimeText) <= maxPatchedValueBytes {
 		ops = append(ops, patchOp{Op: "replace", Path: "/spec/renewTime", Value: req.Old.RenewTimeText})
 		m.Metrics.Coalesced(req.Resource)
-	} else if user, stamp := policy.Designate(p, req); stamp {
+	} else if user, stamp := policy.Designate(p, req); stamp && len(user) <= maxPatchedValueBytes {
 		if !req.New.HasAnnotations {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{policy.DesignationAnnotation: user}})
 		} else {

@@ -99,6 +99,9 @@ func TestDesignatorStampsTheFirstManager(t *testing.T) {
 			`[{"op":"add","path":"/metadata/annotations/leaseguard.io~1designated-manager","value":"` + managerB + `"}]`},
 		{"not a manager: no stamp", review{kind: "MultiClusterLease", operation: "CREATE", user: "system:serviceaccount:default:intruder", object: mcl("", spec)}, ""},
 		{"unreadable request: no stamp, validation answers", review{kind: "Pod", operation: "CREATE", user: managerA, object: `{}`}, ""},
+		// The answer never grows with what a client posts (a 1 MiB
+		// username was echoed into a 64 MiB answer).
+		{"a username longer than any real one: no stamp", review{kind: "MultiClusterLease", operation: "CREATE", user: managerA + strings.Repeat("<", 1<<20), object: mcl(`"team":"x"`, spec)}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,6 +50,9 @@ const largeReviewWait = time.Second
 // bodyReadTimeout bounds the time a review's body takes to arrive.
 const bodyReadTimeout = 30 * time.Second
 
+// answerWriteTimeout bounds the time an answer takes to leave.
+const answerWriteTimeout = 10 * time.Second
+
 // headBytes is how much of an oversized review is scanned for its UID.
 const headBytes = 64 << 10
 
@@ -83,34 +86,53 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "leaseguard: admission reviews are POSTed", http.StatusMethodNotAllowed)
 		return
 	}
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-		h.refuseUnread(w, "", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable")
-		return
-	}
+	rc := http.NewResponseController(w)
 	// A client that sends its body slowly holds a goroutine and what it
 	// sent: it has bodyReadTimeout for all of it. (The API server gives up
 	// on a webhook after its timeout, at most 30 s.) Not every
 	// ResponseWriter can set it; the server's own can.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	if r.ContentLength > smallBodyBytes || r.ContentLength < 0 {
-		// Held until the answer is written: the body stays in memory
-		// while it is parsed and decided.
-		release, err := takeBodyBudget(r.Context(), r.ContentLength)
-		if err != nil {
-			h.refuseUnread(w, "", http.StatusTooManyRequests, err, "busy")
-			return
-		}
-		defer release()
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	o := h.answer(r)
+	// The budgets were given back before writing: a client that does not
+	// read its answer holds only its connection, for answerWriteTimeout.
+	_ = rc.SetWriteDeadline(time.Now().Add(answerWriteTimeout))
+	if o.busy != nil {
+		// No room to decide is the webhook failing, not a verdict: the
+		// API server applies the configuration's failurePolicy (the
+		// holder's plain renewals pass, identity changes are refused).
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "leaseguard: "+o.busy.Error(), http.StatusServiceUnavailable)
+		return
 	}
-	body, err := h.readBody(r)
+	h.write(w, o.uid, o.answer)
+}
+
+// outcome is what a review is answered: an AdmissionResponse, or busy.
+type outcome struct {
+	uid    string
+	answer Answer
+	busy   error
+}
+
+// answer reads, checks and decides a review within the budgets, which it
+// gives back when it returns.
+func (h *handler) answer(r *http.Request) outcome {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
+		return h.refuseUnread("", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable")
+	}
+	var held bodyReservation
+	defer held.release()
+	body, err := h.readBody(r, &held)
 	if err != nil {
 		var big *tooLarge
-		if errors.As(err, &big) {
-			h.refuseUnread(w, big.uid, http.StatusRequestEntityTooLarge, err, "too_large")
-			return
+		var busy *bodyBusy
+		switch {
+		case errors.As(err, &big):
+			return h.refuseUnread(big.uid, http.StatusRequestEntityTooLarge, err, "too_large")
+		case errors.As(err, &busy):
+			return h.busy(err)
 		}
-		h.refuseUnread(w, "", http.StatusBadRequest, err, "unreadable")
-		return
+		return h.refuseUnread("", http.StatusBadRequest, err, "unreadable")
 	}
 	h.metrics.ReviewSize(h.d.webhook(), len(body))
 	now := time.Now()
@@ -118,11 +140,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		now = h.now()
 	}
 	review, release, err := parseWithinBudget(r.Context(), body, now)
-	if err == nil {
-		// What was read from the body (strings, unreadable fields' text)
-		// lives until the answer is written.
-		defer release()
-	}
 	if err != nil {
 		code, reason := int32(http.StatusBadRequest), "unreadable"
 		var many *tooManyItems
@@ -131,35 +148,58 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case errors.As(err, &many):
 			code, reason = http.StatusRequestEntityTooLarge, "too_large"
 		case errors.As(err, &busy):
-			code, reason = http.StatusTooManyRequests, "busy"
+			return h.busy(err)
 		}
-		h.refuseUnread(w, scanUID(body[:min(len(body), headBytes)]), code, err, reason)
-		return
+		return h.refuseUnread(scanUID(body[:min(len(body), headBytes)]), code, err, reason)
 	}
+	defer release()
 	if review.Err != nil {
-		h.refuseUnread(w, review.UID, http.StatusBadRequest, review.Err, "unreadable")
-		return
+		var big *objectTooLarge
+		if errors.As(review.Err, &big) {
+			return h.refuseUnread(review.UID, http.StatusRequestEntityTooLarge, review.Err, "too_large")
+		}
+		return h.refuseUnread(review.UID, http.StatusBadRequest, review.Err, "unreadable")
 	}
-	h.write(w, review.UID, h.d.decide(review))
+	return outcome{uid: review.UID, answer: h.d.decide(review)}
 }
 
-// takeBodyBudget waits for room for a body of the declared length (of the
-// most leaseguard reads when it is not declared; of its head when it is
-// larger, as only the head is read).
-func takeBodyBudget(ctx context.Context, declared int64) (release func(), err error) {
-	n := declared
-	switch {
-	case n > MaxReviewBytes:
-		n = headBytes
-	case n < 0:
-		n = MaxReviewBytes
+// busy counts and logs a review refused for want of room.
+func (h *handler) busy(err error) outcome {
+	h.metrics.BadRequest(h.d.webhook(), "busy")
+	h.log.Info("no room to read an admission request", "error", err.Error())
+	return outcome{busy: err}
+}
+
+// bodyReservation is the room a large body holds in bodyBudget, taken as
+// its bytes arrive: a client that declares a large body and sends nothing
+// holds nothing.
+type bodyReservation struct{ held int64 }
+
+// grow takes n more bytes of room, waiting at most largeReviewWait.
+func (b *bodyReservation) grow(ctx context.Context, n int64) error {
+	if !bodyBudget.TryAcquire(n) {
+		ctx, cancel := context.WithTimeout(ctx, largeReviewWait)
+		defer cancel()
+		if err := bodyBudget.Acquire(ctx, n); err != nil {
+			return &bodyBusy{}
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, largeReviewWait)
-	defer cancel()
-	if err := bodyBudget.Acquire(ctx, n); err != nil {
-		return nil, fmt.Errorf("too many large AdmissionReviews at once; try again")
+	b.held += n
+	return nil
+}
+
+func (b *bodyReservation) release() {
+	if b.held > 0 {
+		bodyBudget.Release(b.held)
+		b.held = 0
 	}
-	return func() { bodyBudget.Release(n) }, nil
+}
+
+// bodyBusy is a large body that found no room in bodyBudget in time.
+type bodyBusy struct{}
+
+func (*bodyBusy) Error() string {
+	return "too many large AdmissionReviews being read at once; try again"
 }
 
 // tooLarge is a review larger than MaxReviewBytes.
@@ -181,7 +221,7 @@ func (e *tooLarge) Error() string {
 // with the bytes that arrive, to the declared length at most: a client that
 // declares a large body and sends nothing holds almost nothing, and the body
 // read is held once, not in a buffer twice its size.
-func (h *handler) readBody(r *http.Request) ([]byte, error) {
+func (h *handler) readBody(r *http.Request, held *bodyReservation) ([]byte, error) {
 	if r.ContentLength > MaxReviewBytes {
 		return nil, &tooLarge{size: r.ContentLength, uid: readUID(r.Body)}
 	}
@@ -195,7 +235,15 @@ func (h *handler) readBody(r *http.Request) ([]byte, error) {
 			if int64(len(buf)) >= limit {
 				break
 			}
-			grown := make([]byte, len(buf), min(int64(2*cap(buf)), limit))
+			size := min(int64(2*cap(buf)), limit)
+			if size > smallBodyBytes {
+				// Past the small bodies every lease write makes, the
+				// room is taken from bodyBudget as the body grows.
+				if err := held.grow(r.Context(), size-smallBodyBytes-held.held); err != nil {
+					return nil, err
+				}
+			}
+			grown := make([]byte, len(buf), size)
 			copy(grown, buf)
 			buf = grown
 		}
@@ -277,15 +325,14 @@ func scanUID(head []byte) string {
 // refuseUnread answers a review leaseguard could not read: denied, counted,
 // logged, with the UID when it is known. Without a UID the API server cannot
 // match the answer and treats it as the webhook's failure.
-func (h *handler) refuseUnread(w http.ResponseWriter, uid string, code int32, err error, reason string) {
+func (h *handler) refuseUnread(uid string, code int32, err error, reason string) outcome {
 	h.metrics.BadRequest(h.d.webhook(), reason)
 	if !h.d.refusesUnreadable() {
-		h.write(w, uid, Answer{Allowed: true})
-		return
+		return outcome{uid: uid, answer: Answer{Allowed: true}}
 	}
 	refusal := badRequest(err)
-	h.log.Info("refused unreadable admission request", "uid", uid, "reason", reason, "error", refusal.Error())
-	h.write(w, uid, Answer{Status: failure(code, refusal)})
+	h.log.Info("refused unreadable admission request", "uid", policy.Clip(uid), "reason", reason, "error", refusal.Error())
+	return outcome{uid: uid, answer: Answer{Status: failure(code, refusal)}}
 }
 
 func failure(code int32, err error) *metav1.Status {

@@ -118,6 +118,14 @@ func parseValid(body []byte, now time.Time) (*Review, error) {
 		return nil, fmt.Errorf("request.uid is %d bytes long: the API server sends a UUID", n)
 	}
 	r := &Review{UID: string(uid.GetStringBytes())}
+	if len(body) > MaxObjectItems { // else it cannot hold that many
+		if obj := req.Get("object"); obj != nil {
+			if n := valueItems(obj); n > MaxObjectItems {
+				r.Err = &objectTooLarge{items: n}
+				return r, nil
+			}
+		}
+	}
 	r.Request, r.Err = toPolicyRequest(req, now)
 	return r, nil
 }

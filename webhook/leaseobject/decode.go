@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -76,11 +77,21 @@ func DecodeLenient(res policy.Resource, data []byte) (*policy.Object, error) {
 		}
 		data = converted
 	}
+	// Checked first with encoding/json's scanner (linear, a short error)
+	// and counted: fastjson's errors quote the rest of the text at every
+	// level of nesting, and its parse tree costs about 400 bytes an item.
+	if !json.Valid(data) {
+		err := json.Unmarshal(data, new(json.RawMessage))
+		return nil, fmt.Errorf("cannot decode object: not JSON: %s", policy.Clip(fmt.Sprint(err)))
+	}
+	if n := CountItems(data); n > MaxObjectItems {
+		return nil, fmt.Errorf("object holds %d JSON values and keys, more than leaseguard reads in one lease (%d)", n, MaxObjectItems)
+	}
 	parser := parsers.Get()
 	defer parsers.Put(parser)
 	v, err := parser.ParseBytes(data)
 	if err != nil {
-		return nil, fmt.Errorf("cannot decode object: %w", err)
+		return nil, fmt.Errorf("cannot decode object: %s", policy.Clip(err.Error()))
 	}
 	return DecodeValue(res, v)
 }

@@ -1,6 +1,7 @@
 package leaseobject
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -529,5 +530,34 @@ func TestDecodeGenerateName(t *testing.T) {
 	o, err := Decode(policy.MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"generateName":"kcc-","namespace":"ns"}}`))
 	if err != nil || o.Name != "" || o.GenerateName != "kcc-" {
 		t.Fatalf("Decode = %+v, %v", o, err)
+	}
+}
+
+// `leaseguard check` reads object files: a bad one gets a short error, and
+// one holding more items than a lease may is refused before it is parsed
+// (fastjson's errors quoted the rest of the text at every level of
+// nesting: a 1 MiB file took 1.2 GiB and printed 1 MiB).
+func TestDecodeLenientRefusesHostileFilesShortly(t *testing.T) {
+	head := `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":`
+	nested := head + strings.Repeat(`{"a":`, 299) + "tru" + strings.Repeat("x", 1<<20)
+	many := head + `{"x":[` + strings.Repeat("0,", 60_000) + `0]}}`
+	deep := head + strings.Repeat(`[`, 1000) + strings.Repeat(`]`, 1000) + `}`
+	for _, c := range []struct{ name, data, want string }{
+		{"not JSON after 299 levels", nested, "cannot decode object: not JSON: invalid character 'x'"},
+		{"too many items", many, "object holds 60014 JSON values and keys, more than leaseguard reads in one lease (50000)"},
+		{"deeper than the reader reads", deep, "cannot decode object: cannot parse"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := DecodeLenient(policy.Leases, []byte(c.data))
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) || len(err.Error()) > 300 {
+				t.Errorf("error %.300q, want a short one starting with %q", err, c.want)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8*uint64(len(c.data))+(8<<20) {
+				t.Errorf("allocated %d MiB for %d bytes", alloc>>20, len(c.data))
+			}
+		})
 	}
 }

@@ -51,7 +51,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}, []string{"rule"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseguard_bad_requests_total",
-			Help: "Admission requests leaseguard could not read, by webhook and reason (unreadable, too_large, busy); validation refuses them, never allows.",
+			Help: "Admission requests leaseguard could not read, by webhook and reason (unreadable, too_large, busy); validation refuses them (busy: fails the call, the failurePolicy decides), never allows.",
 		}, []string{"webhook", "reason"}),
 		unreadableStored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseguard_unreadable_stored_objects_total",

@@ -37,7 +37,7 @@ leaseguard_decisions_total{invariant="I9",resource="leases",rule="bound",verdict
 # HELP leaseguard_designation_changes_total Admitted writes that changed the designated manager of a lease.
 # TYPE leaseguard_designation_changes_total counter
 leaseguard_designation_changes_total{rule="kcc-mcl"} 1
-# HELP leaseguard_bad_requests_total Admission requests leaseguard could not read, by webhook and reason (unreadable, too_large, busy); validation refuses them, never allows.
+# HELP leaseguard_bad_requests_total Admission requests leaseguard could not read, by webhook and reason (unreadable, too_large, busy); validation refuses them (busy: fails the call, the failurePolicy decides), never allows.
 # TYPE leaseguard_bad_requests_total counter
 leaseguard_bad_requests_total{reason="too_large",webhook="validate"} 1
 # HELP leaseguard_policy_file_valid 1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.
