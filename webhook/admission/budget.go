@@ -30,10 +30,11 @@ import (
 // comes near it, and such an object is no lease.
 const MaxReviewItems = 100_000
 
-// MaxObjectItems is the most JSON items a written object may hold: half of
-// MaxReviewItems, so that every later write of it (a review carrying it
-// twice, as object and oldObject) is one leaseguard reads. Without it a
-// lease could be created that no one could then update.
+// MaxObjectItems is the most JSON items a written object may hold: under
+// half of MaxReviewItems, so that every later write of it (a review
+// carrying it twice, as object and oldObject, and its own fields) is one
+// leaseguard reads. Without it a lease could be created that no one could
+// then update.
 const MaxObjectItems = leaseobject.MaxObjectItems
 
 // uncountedBytes is the body size up to which the items are not counted:

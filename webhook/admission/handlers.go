@@ -163,9 +163,11 @@ func (m *Designator) decide(r *Review) Answer {
 	// real lease carries, nothing is patched (the renewal is stored, the
 	// designation left to the manager or an operator), so that an answer
 	// never grows with what a client posts.
-	if policy.Coalesce(p, req) && len(req.Old.RenewTimeText) <= maxPatchedValueBytes {
-		ops = append(ops, patchOp{Op: "replace", Path: "/spec/renewTime", Value: req.Old.RenewTimeText})
-		m.Metrics.Coalesced(req.Resource)
+	if policy.Coalesce(p, req) {
+		if len(req.Old.RenewTimeText) <= maxPatchedValueBytes {
+			ops = append(ops, patchOp{Op: "replace", Path: "/spec/renewTime", Value: req.Old.RenewTimeText})
+			m.Metrics.Coalesced(req.Resource)
+		}
 	} else if user, stamp := policy.Designate(p, req); stamp && len(user) <= maxPatchedValueBytes {
 		if !req.New.HasAnnotations {
 			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{policy.DesignationAnnotation: user}})

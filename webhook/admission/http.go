@@ -45,7 +45,9 @@ const bodyBudgetBytes = 48 << 20
 
 var bodyBudget = semaphore.NewWeighted(bodyBudgetBytes)
 
-const largeReviewWait = time.Second
+// largeReviewWait is how long a large body waits for room (a variable for
+// the tests).
+var largeReviewWait = time.Second
 
 // bodyReadTimeout bounds the time a review's body takes to arrive.
 const bodyReadTimeout = 30 * time.Second
@@ -100,7 +102,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// No room to decide is the webhook failing, not a verdict: the
 		// API server applies the configuration's failurePolicy (the
 		// holder's plain renewals pass, identity changes are refused).
-		w.Header().Set("Retry-After", "1")
+		// No Retry-After: the API server's client would retry until the
+		// webhook's timeout instead of failing at once.
 		http.Error(w, "leaseguard: "+o.busy.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -175,16 +178,24 @@ func (h *handler) busy(err error) outcome {
 // holds nothing.
 type bodyReservation struct{ held int64 }
 
-// grow takes n more bytes of room, waiting at most largeReviewWait.
+// grow takes n more bytes of room, waiting at most largeReviewWait. It
+// never waits while holding room: large bodies read at once would each
+// hold part of the budget and wait for the rest, and all be refused. So
+// when the room is not there at once, it gives back what it holds and
+// waits for the whole.
 func (b *bodyReservation) grow(ctx context.Context, n int64) error {
-	if !bodyBudget.TryAcquire(n) {
-		ctx, cancel := context.WithTimeout(ctx, largeReviewWait)
-		defer cancel()
-		if err := bodyBudget.Acquire(ctx, n); err != nil {
-			return &bodyBusy{}
-		}
+	if bodyBudget.TryAcquire(n) {
+		b.held += n
+		return nil
 	}
-	b.held += n
+	total := b.held + n
+	b.release()
+	ctx, cancel := context.WithTimeout(ctx, largeReviewWait)
+	defer cancel()
+	if err := bodyBudget.Acquire(ctx, total); err != nil {
+		return &bodyBusy{}
+	}
+	b.held = total
 	return nil
 }
 

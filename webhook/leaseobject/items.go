@@ -3,8 +3,9 @@ package leaseobject
 // MaxObjectItems is the most JSON items (values and object keys) one lease
 // object may hold for leaseguard to read it: parsed, each costs about 400
 // bytes, and an AdmissionReview carries the object twice (object and
-// oldObject). A lease holds a few hundred.
-const MaxObjectItems = 50_000
+// oldObject) with a few hundred items of its own, which the admission
+// reader's limit (100,000) must hold. A lease holds a few hundred.
+const MaxObjectItems = 49_000
 
 // CountItems counts the JSON items of a valid JSON body: every array and
 // object, every value in them and every key. That is the root plus one per
