@@ -442,9 +442,9 @@ func TestLargeBodiesReadAtOnceDoNotStarveEachOther(t *testing.T) {
 	body := withUnreadField(good, []byte(`"`+strings.Repeat("x", 17<<20)+`"`))
 	// Long enough for two others to be read and decided first under the
 	// race detector: what is tested is that they are, not how fast.
-	wait := largeReviewWait
-	largeReviewWait = 20 * time.Second
-	t.Cleanup(func() { largeReviewWait = wait })
+	wait, laneWait := largeReviewWait, parseBudgetWait
+	largeReviewWait, parseBudgetWait = 20*time.Second, 20*time.Second
+	t.Cleanup(func() { largeReviewWait, parseBudgetWait = wait, laneWait })
 	const n = 3
 	var fed sync.WaitGroup
 	fed.Add(n)
