@@ -433,8 +433,9 @@ func TestAnObjectAtTheCapCanBeUpdated(t *testing.T) {
 }
 
 // Large bodies read at once never hold part of the budget while waiting
-// for more: three of 17 MiB, each fed to 16 MiB before any goes on, would
-// otherwise each hold a third and all be refused.
+// for more: three of 17 MiB, each fed past 8 MiB (a 16 MiB buffer each,
+// the whole budget) and then to 16 MiB and one byte (1 MiB more each),
+// would otherwise each hold a third and all be refused.
 func TestLargeBodiesReadAtOnceDoNotStarveEachOther(t *testing.T) {
 	h := validatingHandler(t)
 	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
@@ -446,17 +447,32 @@ func TestLargeBodiesReadAtOnceDoNotStarveEachOther(t *testing.T) {
 	largeReviewWait, parseBudgetWait = 20*time.Second, 20*time.Second
 	t.Cleanup(func() { largeReviewWait, parseBudgetWait = wait, laneWait })
 	const n = 3
-	var fed sync.WaitGroup
-	fed.Add(n)
+	// barrier lets the feeders go on together, but not for long: a review
+	// that gave its room back to wait for the whole is not reading, and
+	// real clients do not wait for each other.
+	barrier := func() (done func()) {
+		var fed sync.WaitGroup
+		fed.Add(n)
+		all := make(chan struct{})
+		go func() { fed.Wait(); close(all) }()
+		return func() {
+			fed.Done()
+			select {
+			case <-all:
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
+	past8, past16 := barrier(), barrier()
 	codes := make(chan int, n)
 	for range n {
 		pr, pw := io.Pipe()
 		go func() {
-			// Up to 16 MiB, then wait for the others.
-			_, _ = pw.Write(body[:16<<20])
-			fed.Done()
-			fed.Wait()
-			_, _ = pw.Write(body[16<<20:])
+			_, _ = pw.Write(body[:8<<20+1])
+			past8()
+			_, _ = pw.Write(body[8<<20+1 : 16<<20+1])
+			past16()
+			_, _ = pw.Write(body[16<<20+1:])
 			_ = pw.Close()
 		}()
 		go func() {
