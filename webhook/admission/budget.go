@@ -132,16 +132,7 @@ func checkItems(body []byte) error {
 // once it has answered: what was read from the body lives until then.
 func parseWithinBudget(ctx context.Context, body []byte, now time.Time) (_ *Review, release func(), _ error) {
 	if len(body) <= uncountedBytes {
-		release, err := takeLane(ctx, smallLane, len(body)+1, len(body)+1)
-		if err != nil {
-			return nil, nil, err
-		}
-		r, err := ParseReview(body, now)
-		if err != nil {
-			release()
-			return nil, nil, err
-		}
-		return r, release, nil
+		return parseInLane(ctx, smallLane, len(body)+1, len(body)+1, func() (*Review, error) { return ParseReview(body, now) })
 	}
 	if !json.Valid(body) {
 		return nil, nil, notJSON(body)
@@ -150,11 +141,18 @@ func parseWithinBudget(ctx context.Context, body []byte, now time.Time) (_ *Revi
 	if items > MaxReviewItems {
 		return nil, nil, &tooManyItems{items: items}
 	}
-	release, err := takeLane(ctx, largeLane, min(items+len(body)/bytesPerItem, largeLaneItems), items)
+	return parseInLane(ctx, largeLane, min(items+len(body)/bytesPerItem, largeLaneItems), items,
+		func() (*Review, error) { return parseValid(body, now) })
+}
+
+// parseInLane parses with weight taken from lane, kept on success (the
+// caller releases it once it has answered) and given back on failure.
+func parseInLane(ctx context.Context, lane *semaphore.Weighted, weight, items int, parse func() (*Review, error)) (*Review, func(), error) {
+	release, err := takeLane(ctx, lane, weight, items)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := parseValid(body, now)
+	r, err := parse()
 	if err != nil {
 		release()
 		return nil, nil, err

@@ -41,6 +41,23 @@ func TestCountItemsCountsValuesAndKeys(t *testing.T) {
 	}
 }
 
+// goodCreate is the designated manager's create of the shared lease, which
+// the policy admits.
+func goodCreate() []byte {
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	return review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+}
+
+// holding runs f with n of sem taken, as reviews being read would hold it.
+func holding(t *testing.T, sem *semaphore.Weighted, n int64, f func()) {
+	t.Helper()
+	if err := sem.Acquire(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Release(n)
+	f()
+}
+
 // manyItems is a JSON array of n zeros: the body with the most parse tree
 // per byte.
 func manyItems(n int) []byte {
@@ -63,8 +80,7 @@ func withUnreadField(body, value []byte) []byte {
 
 func TestReviewsHoldingTooManyItemsAreRefusedBeforeParsing(t *testing.T) {
 	h := validatingHandler(t)
-	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
-	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	good := goodCreate()
 	// 1 MiB of zeros: without the count, fastjson holds ~400 MiB of parse
 	// tree for it, more than a replica's memory limit.
 	body := withUnreadField(good, manyItems(1<<20))
@@ -113,30 +129,21 @@ func postBusy(t *testing.T, h http.Handler, body []byte, want string) {
 
 func TestReviewsWaitForTheParseBudgetThenAreRefused(t *testing.T) {
 	h := validatingHandler(t)
-	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
-	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	good := goodCreate()
 	// Large reviews being read hold the whole large lane: a lease write's
 	// review does not queue behind them.
-	if err := largeLane.Acquire(context.Background(), largeLaneItems); err != nil {
-		t.Fatal(err)
-	}
-	func() {
-		defer largeLane.Release(largeLaneItems)
+	holding(t, largeLane, largeLaneItems, func() {
 		if _, resp := post(t, h, good); !resp.Allowed {
 			t.Errorf("with the large lane taken: %+v", resp.Result)
 		}
 		postBusy(t, h, withUnreadField(good, manyItems(20_000)),
 			"leaseguard: too many AdmissionReviews being read at once (this one holds 200")
-	}()
+	})
 
 	// Small reviews being read hold the whole small lane.
-	if err := smallLane.Acquire(context.Background(), smallLaneItems); err != nil {
-		t.Fatal(err)
-	}
-	func() {
-		defer smallLane.Release(smallLaneItems)
+	holding(t, smallLane, smallLaneItems, func() {
 		postBusy(t, h, good, "leaseguard: too many AdmissionReviews being read at once")
-	}()
+	})
 	if _, resp := post(t, h, good); !resp.Allowed {
 		t.Errorf("with the lanes given back: %+v", resp.Result)
 	}
@@ -188,19 +195,14 @@ func TestLongStringsCostAboutTheirSize(t *testing.T) {
 // write's) never waits for it.
 func TestLargeBodiesWaitForTheirBudgetThenAreRefused(t *testing.T) {
 	h := validatingHandler(t)
-	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
-	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	good := goodCreate()
 	large := withUnreadField(good, []byte(`"`+strings.Repeat("x", 100<<10)+`"`))
-	if err := bodyBudget.Acquire(context.Background(), bodyBudgetBytes); err != nil {
-		t.Fatal(err)
-	}
-	func() {
-		defer bodyBudget.Release(bodyBudgetBytes)
+	holding(t, bodyBudget, bodyBudgetBytes, func() {
 		if _, small := post(t, h, good); !small.Allowed {
 			t.Errorf("a small review with the body budget taken: %+v", small.Result)
 		}
 		postBusy(t, h, large, "leaseguard: too many large AdmissionReviews being read at once; try again")
-	}()
+	})
 	if _, resp := post(t, h, large); !resp.Allowed {
 		t.Errorf("with the budget given back: %+v", resp.Result)
 	}
@@ -228,8 +230,7 @@ func TestABodyIsHeldAsItArrives(t *testing.T) {
 
 func TestClientChosenStringsInRefusalsAreCut(t *testing.T) {
 	h := validatingHandler(t)
-	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
-	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	good := goodCreate()
 	long := strings.Repeat("x", 1<<20)
 	for _, c := range []struct {
 		name     string
@@ -321,8 +322,7 @@ func (b *blockedWriter) Write(p []byte) (int, error) {
 // write was refused).
 func TestAnUnreadAnswerHoldsNoBudget(t *testing.T) {
 	h := validatingHandler(t)
-	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
-	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	good := goodCreate()
 	large := withUnreadField(good, manyItems(60_000)) // over 64 KiB: body budget and large lane
 	w := &blockedWriter{header: http.Header{}, writing: make(chan struct{}, 1), unblock: make(chan struct{})}
 	done := make(chan struct{})
@@ -438,8 +438,7 @@ func TestAnObjectAtTheCapCanBeUpdated(t *testing.T) {
 // would otherwise each hold a third and all be refused.
 func TestLargeBodiesReadAtOnceDoNotStarveEachOther(t *testing.T) {
 	h := validatingHandler(t)
-	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
-	good := review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(designA, spec)}.json()
+	good := goodCreate()
 	body := withUnreadField(good, []byte(`"`+strings.Repeat("x", 17<<20)+`"`))
 	// Long enough for two others to be read and decided first under the
 	// race detector: what is tested is that they are, not how fast.
