@@ -20,6 +20,8 @@ type checkOptions struct {
 	configPath, user, operation, subresource, oldPath, newPath, podName, now, namespace, fieldManager string
 	groups                                                                                            []string
 	dryRun                                                                                            bool
+	// errOut receives notes (the verdict goes to standard output).
+	errOut io.Writer
 }
 
 func newCheckCommand() *cobra.Command {
@@ -30,9 +32,9 @@ func newCheckCommand() *cobra.Command {
 		Long: `check evaluates one write against a policy file with the webhook's decision
 core, with no cluster. The operation defaults to CREATE with --new only,
 DELETE with --old only and UPDATE with both. It prints the verdict and the
-message and exits 0 when the write is admitted (allow, warn, audit, or
-coalesced: acknowledged without being stored), 1 when it is denied and 2
-when the input is bad.`,
+message and exits 0 when the write is admitted (allow, warn, audit,
+coalesced or acknowledged: answered success without being stored), 1 when
+it is denied and 2 when the input is bad.`,
 		// Usage mistakes are bad input too: exit 2, so that exit 1 always
 		// means "denied".
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -41,7 +43,10 @@ when the input is bad.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.errOut = cmd.ErrOrStderr()
+			return o.run(cmd.OutOrStdout())
+		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	fs := cmd.Flags()
@@ -75,10 +80,21 @@ func (o *checkOptions) run(out io.Writer) error {
 	if err != nil {
 		return bad(err)
 	}
+	if req.Resource == policy.MultiClusterLeases && o.errOut != nil {
+		for _, n := range p.AcknowledgementNotes() {
+			fmt.Fprintln(o.errOut, "leaseguard: note:", n)
+		}
+	}
 	if policy.Coalesce(p, req) {
 		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
 		fmt.Fprintf(out, "ALLOW (coalesced): rule %s: renewTime advances %s, less than coalesceRenewals %s: acknowledged, not stored\n",
 			rule.Name, req.New.Spec.RenewTime.Sub(req.Old.Spec.RenewTime).Round(time.Millisecond), rule.CoalesceInterval())
+		return nil
+	}
+	if policy.Acknowledge(p, req) {
+		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
+		fmt.Fprintf(out, "ALLOW (acknowledged): rule %s: %s renews the shared holder's lease, which %s writes: acknowledged, not stored (by leaseguard's mutating webhook; without it, stored)\n",
+			rule.Name, policy.Clip(req.Caller.Username), policy.Clip(rule.DesignatedWriter(req.Old)))
 		return nil
 	}
 	d := policy.Decide(p, req)

@@ -190,11 +190,11 @@ func TestCheckVerdicts(t *testing.T) {
 			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
-			name: "I6: renewal too soon",
+			// The cluster's shared candidate renewing: never refused for
+			// how often (docs/design.md §4); Leases are (below).
+			name: "I6: a shared MultiClusterLease renewal is not rate limited",
 			args: []string{"--user", mgrA, "--old", paths["mcl-too-soon"], "--new", paths["mcl-renewed"], "--operation", "update"},
-			out: "DENY (I6, HTTP 429, retry after 2s): leaseguard: rule kcc-mcl: " + mgrA +
-				" renews too often multiclusterlease cnrm-system/kcc-leader (renewed 3s after the stored renewal, minimum 5s)\n",
-			code: 1,
+			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
 			name: "I6: fractional retry-after",
@@ -522,6 +522,11 @@ func TestCheckDecidesCoalescingBackOffAndBounds(t *testing.T) {
 `)
 	stored := f.write("old.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -3 * time.Second}.yaml())
 	renewed := f.write("new.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -1 * time.Second}.yaml())
+	retuned := f.write("retuned.yaml", strings.Replace(obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -1 * time.Second}.yaml(),
+		"leaseDurationSeconds: 15", "leaseDurationSeconds: 20", 1))
+	// What a CRD's date-time admits and metav1.MicroTime cannot read.
+	untyped := f.write("untyped.yaml", strings.Replace(obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -1 * time.Second}.yaml(),
+		ts(-time.Second), strings.Replace(ts(-time.Second), ".000000Z", "Z", 1), 1))
 	long := f.write("long.yaml", strings.Replace(obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: 0}.yaml(),
 		"leaseDurationSeconds: 15", "leaseDurationSeconds: 61", 1))
 	base := []string{"--config", policy, "--now", ts(0), "--old", stored}
@@ -533,15 +538,27 @@ func TestCheckDecidesCoalescingBackOffAndBounds(t *testing.T) {
 	}{
 		{"the designated manager's early renewal is coalesced", []string{"--user", mgrA, "--new", renewed}, 0,
 			"ALLOW (coalesced): rule shared: renewTime advances 2s, less than coalesceRenewals 7s: acknowledged, not stored\n"},
-		{"a losing candidate backs off until the designation goes stale", []string{"--user", mgrB, "--new", renewed}, 1,
+		// Designation decides who writes, never who leads.
+		{"another manager's renewal of the shared lease is acknowledged", []string{"--user", mgrB, "--new", renewed}, 0,
+			"ALLOW (acknowledged): rule shared: " + mgrB + " renews the shared holder's lease, which " + mgrA + " writes: acknowledged, not stored (by leaseguard's mutating webhook; without it, stored)\n"},
+		{"a losing candidate's other write backs off until the designation goes stale", []string{"--user", mgrB, "--new", retuned}, 1,
 			"DENY (I2, HTTP 429, retry after 14s): leaseguard: rule shared: " + mgrB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 14s)\n"},
-		{"kubectl gets the 403 at once", []string{"--user", mgrB, "--new", renewed, "--field-manager", "kubectl-patch"}, 1,
+		{"kubectl gets the 403 at once", []string{"--user", mgrB, "--new", retuned, "--field-manager", "kubectl-patch"}, 1,
 			"DENY (I2, HTTP 403): leaseguard: rule shared: " + mgrB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 14s)\n"},
-		{"a dry run gets the 403 at once", []string{"--user", mgrB, "--new", renewed, "--dry-run"}, 1,
+		{"a dry run gets the 403 at once", []string{"--user", mgrB, "--new", retuned, "--dry-run"}, 1,
 			"DENY (I2, HTTP 403): "},
+
 		{"a lease longer than maxLeaseDuration", []string{"--user", mgrA, "--new", long}, 1,
 			"DENY (I10, HTTP 403): leaseguard: rule shared: " + mgrA + " sets leaseDurationSeconds 61 on multiclusterlease cnrm-system/kcc-leader (at most 60 (maxLeaseDuration))\n"},
 	}
+	t.Run("a renewTime typed clients cannot read is refused", func(t *testing.T) {
+		_, code, err := runCheck(t, append(base, "--user", mgrA, "--new", untyped)...)
+		want := "spec.renewTime \"" + strings.Replace(ts(-time.Second), ".000000Z", "Z", 1) +
+			"\" cannot be read by typed clients (metav1.MicroTime): write it as 2006-01-02T15:04:05.000000Z07:00"
+		if code != 2 || err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("exit %d, error %v; want exit 2 and an error containing %q", code, err, want)
+		}
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out, code, _ := runCheck(t, append(base, c.args...)...)

@@ -179,7 +179,7 @@ func startDemo(ctx context.Context, admin *rest.Config, log logr.Logger) error {
 	if err := yaml.Unmarshal(data, &obj.Object); err != nil {
 		return err
 	}
-	_ = unstructured.SetNestedField(obj.Object, metav1.NowMicro().Format(time.RFC3339Nano), "spec", "renewTime")
+	_ = unstructured.SetNestedField(obj.Object, metav1.NowMicro().UTC().Format(metav1.RFC3339Micro), "spec", "renewTime")
 	if _, err := mcls.Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

@@ -55,9 +55,11 @@ func TestProject(t *testing.T) {
 		{"bound lease renewed after 2s: warned (I6, the rule warns)", policy.Leases,
 			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Verdict: policy.Warn, Invariant: policy.InvariantRenewalRate, Basis: policy.WriterBound}},
-		{"shared lease renewed after 2s: held back (429)", policy.MultiClusterLeases,
+		// A shared renewal of a MultiClusterLease is never refused
+		// (docs/design.md §4): without coalescing it is stored.
+		{"shared lease renewed after 2s: admitted (never rate limited)", policy.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 2*time.Second, kcc+"team-a"), false,
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantRenewalRate, Code: 429, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
 		{"shared lease renewed after 6s: admitted", policy.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 6*time.Second, kcc+"team-a"), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},

@@ -64,7 +64,10 @@ var _ = Describe("Config Connector namespace mode", Ordered, func() {
 		}).WithTimeout(30 * time.Second).Should(BeTrue())
 	})
 
-	It("lets exactly one of three managers write the shared MultiClusterLease", func() {
+	// Designation decides who writes, never who leads: Config Connector's
+	// managers share one MultiClusterLease and one holder identity, and
+	// each leads only once its own renewal succeeds.
+	It("answers every manager's renewal of the shared MultiClusterLease and stores only the designated one's", func() {
 		obj := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": mclv1alpha1.Group + "/" + mclv1alpha1.Version,
 			"kind":       mclv1alpha1.Kind,
@@ -77,18 +80,23 @@ var _ = Describe("Config Connector namespace mode", Ordered, func() {
 		designated = created.GetAnnotations()[designation]
 		Expect(designated).To(Equal(manager("team-a")), "the first writer is designated")
 
-		admitted := 0
-		for _, team := range teams {
-			_, err := renew(ctx, team)
-			if err == nil {
-				admitted++
-				continue
-			}
-			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "team %s: %v", team, err)
-			Expect(said(err)).To(HavePrefix("leaseguard: rule e2e-mcl: " + manager(team) +
-				" is not the designated manager of multiclusterlease leaseguard-e2e/kcc-leader (designated: ...cnrm-controller-manager-team-a, stale in "))
+		for _, team := range []string{"team-b", "team-c"} {
+			got, err := renew(ctx, team)
+			Expect(err).NotTo(HaveOccurred(), "team %s's renewal", team)
+			Expect(got.GetResourceVersion()).To(Equal(created.GetResourceVersion()), "team %s's renewal was acknowledged without being stored", team)
+			Expect(got.GetGeneration()).To(Equal(created.GetGeneration()))
+			Expect(got.GetAnnotations()[designation]).To(Equal(designated))
 		}
-		Expect(admitted).To(Equal(1), "exactly one designated writer")
+		_, err = renew(ctx, "team-a")
+		Expect(err).NotTo(HaveOccurred(), "the designated manager's renewal")
+
+		// Any other lease write by a manager that is not designated is
+		// refused.
+		patch := fmt.Sprintf(`{"spec":{"renewTime":%q,"leaseDurationSeconds":%d}}`, micro(time.Now()), mclLeaseSeconds+1)
+		_, err = mcls(manager("team-b")).Patch(ctx, "kcc-leader", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		Expect(apierrors.IsForbidden(err) || apierrors.IsTooManyRequests(err)).To(BeTrue(), "%v", err)
+		Expect(said(err)).To(HavePrefix("leaseguard: rule e2e-mcl: " + manager("team-b") +
+			" is not the designated manager of multiclusterlease leaseguard-e2e/kcc-leader (designated: ...cnrm-controller-manager-team-a, stale in "))
 	})
 
 	It("still lets the other managers read the lease", func() {

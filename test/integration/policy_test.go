@@ -77,8 +77,20 @@ func TestAutoDesignationStampsDeniesAndHandsOverWhenStale(t *testing.T) {
 		t.Fatalf("designated manager's renewal: %v", err)
 	}
 
-	// A second manager is denied while the lease is fresh.
-	_, err = b.Patch(ctx, "auto", types.MergePatchType, renewPatch("cluster-a", 1), metav1.PatchOptions{})
+	// A second manager's renewal of the shared lease is acknowledged
+	// without being stored while the lease is fresh: success, the object
+	// and its generation as they were (designation decides who writes,
+	// never who leads).
+	acked, err := b.Patch(ctx, "auto", types.MergePatchType, renewPatch("cluster-a", 1), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("second manager's renewal: %v", err)
+	}
+	if acked.GetResourceVersion() != renewed.GetResourceVersion() || acked.GetGeneration() != renewed.GetGeneration() {
+		t.Fatalf("an acknowledged renewal was stored: resourceVersion %s -> %s, generation %d -> %d",
+			renewed.GetResourceVersion(), acked.GetResourceVersion(), renewed.GetGeneration(), acked.GetGeneration())
+	}
+	// Any other lease write by it is denied.
+	_, err = b.Patch(ctx, "auto", types.MergePatchType, renewPatch("cluster-a", 2), metav1.PatchOptions{})
 	assertDenied(t, err, http.StatusForbidden, `admission webhook "validate.leases.leaseguard.io" denied the request: leaseguard: rule auto-mcl: `+
 		autoManagerB+` is not the designated manager of multiclusterlease it-auto/auto (designated: ...manager-a, stale in 2s)`)
 	// ... nor may it designate itself.
@@ -103,9 +115,13 @@ func TestAutoDesignationStampsDeniesAndHandsOverWhenStale(t *testing.T) {
 	if got := took.GetAnnotations()[designation]; got != autoManagerB {
 		t.Fatalf("designation after takeover = %q, want %q", got, autoManagerB)
 	}
-	_, err = a.Patch(ctx, "auto", types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{})
+	_, err = a.Patch(ctx, "auto", types.MergePatchType, renewPatch("cluster-a", 20), metav1.PatchOptions{})
 	if err == nil || !strings.Contains(err.Error(), "is not the designated manager of multiclusterlease it-auto/auto (designated: ...manager-b, stale in ") {
 		t.Fatalf("former designated manager after takeover: %v", err)
+	}
+	// Its renewals are acknowledged, not stored.
+	if acked, err := a.Patch(ctx, "auto", types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{}); err != nil || acked.GetResourceVersion() != took.GetResourceVersion() {
+		t.Fatalf("former designated manager's renewal after takeover: %v (stored: %v)", err, err == nil && acked.GetResourceVersion() != took.GetResourceVersion())
 	}
 
 	// An operator (by group) may reassign the designation at any time.

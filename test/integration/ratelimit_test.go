@@ -183,13 +183,16 @@ func kccCandidate(ctx context.Context, t *testing.T, namespace, manager string, 
 	mcls := dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(namespace)
 	obj := newMCL("kcc-leader")
 	obj.SetNamespace(namespace)
+	// As Config Connector's lock creates it: the fields every renewal
+	// sends (a renewal that changed one would not be a shared renewal).
 	_ = unstructured.SetNestedField(obj.Object, int64(15), "spec", "leaseDurationSeconds")
+	_ = unstructured.SetNestedField(obj.Object, int64(15), "spec", "retryPeriodSeconds")
 	if _, err := mcls.Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		t.Errorf("candidate %s create: %v", manager, err)
 	}
 	for ctx.Err() == nil {
 		_, err := mcls.Patch(ctx, "kcc-leader", types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{})
-		if apierrors.IsForbidden(err) {
+		if apierrors.IsForbidden(err) || apierrors.IsTooManyRequests(err) {
 			mu.Lock()
 			*denied++
 			mu.Unlock()
@@ -318,7 +321,16 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 		}
 	}
 	checkFactor("client-go electors", nFree, nLimited, predictedFactor(6*time.Second, retryPeriod))
-	checkFactor("KCC MultiClusterLease", nMCLFree, nMCLLimited, predictedFactor(5*time.Second, retryPeriod))
+	// The shared MultiClusterLease: every candidate's renewal is a shared
+	// renewal, never refused or rate limited (docs/rate-limiting.md); the
+	// other candidates' are acknowledged without being stored, so only the
+	// designated one's are stored, every retry period, limit or not.
+	perPeriod := int(run / retryPeriod)
+	for what, n := range map[string]int{"free": nMCLFree, "limited": nMCLLimited} {
+		if n < perPeriod*4/5 || n > perPeriod*5/4 {
+			t.Errorf("KCC MultiClusterLease (%s): %d storage writes in %s, want about one writer's %d (3 candidates renew)", what, n, run, perPeriod)
+		}
+	}
 	if gapLimited >= leaseDuration || gapMCL >= leaseDuration {
 		t.Errorf("a rate-limited lease went %s / %s without a write, longer than its %s lease duration", gapLimited, gapMCL, leaseDuration)
 	}
@@ -330,14 +342,21 @@ func TestRateLimitedRenewalsKeepLeadersAndCutStorageWrites(t *testing.T) {
 	t.Logf("coalesced: %d lease writes (free %d), longest gap %s; shared lease: %d writes (free %d), longest gap %s; %d candidate PATCH requests (free %d)",
 		nCoalesced, nFree, gapCoalesced, nMCLCoalesced, nMCLFree, gapMCLCoalesced, mclRequestsCoalesced, mclRequestsFree)
 	checkFactor("coalesced client-go electors", nFree, nCoalesced, 4)
+	checkFactor("coalesced shared MultiClusterLease", nMCLFree, nMCLCoalesced, 3.75)
 	if gapCoalesced >= leaseDuration-4*time.Second || gapMCLCoalesced >= leaseDuration-4*time.Second {
 		t.Errorf("a coalesced lease went %s / %s without a stored renewal, too close to its %s lease duration for followers", gapCoalesced, gapMCLCoalesced, leaseDuration)
 	}
-	if mclRequestsCoalesced == 0 || float64(mclRequestsFree)/float64(mclRequestsCoalesced) < 2 {
-		t.Errorf("requests on the shared lease fell %d -> %d, want at least 2x fewer with backOffLosers", mclRequestsFree, mclRequestsCoalesced)
+	// Nobody is made to wait: every candidate is answered at once, so it
+	// keeps renewing every retry period (its lock counts leadership only
+	// when its write succeeds).
+	if mclRequestsCoalesced == 0 || float64(mclRequestsCoalesced) < 0.8*float64(mclRequestsFree) {
+		t.Errorf("requests on the shared lease went %d -> %d: candidates were held back", mclRequestsFree, mclRequestsCoalesced)
 	}
-	if nDeniedLimited == 0 || nDeniedFree == 0 {
-		t.Errorf("the non-designated KCC candidates were not refused (denied %d, %d)", nDeniedLimited, nDeniedFree)
+	mu.Lock()
+	nDeniedCoalesced := deniedCoalesced
+	mu.Unlock()
+	if nDeniedLimited+nDeniedFree+nDeniedCoalesced != 0 {
+		t.Errorf("KCC candidates renewing the shared lease were refused (denied %d limited, %d free, %d coalesced)", nDeniedLimited, nDeniedFree, nDeniedCoalesced)
 	}
 }
 

@@ -80,9 +80,32 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 	renewal["spec"].(map[string]any)["renewTime"] = microTime(time.Now().Add(time.Second))
 	body, _ := json.Marshal(renewal)
 	path := objectPath(policy.MultiClusterLeases, testfixtures.KCCNamespace, "kcc-leader", "")
-	if out, err = e.do(ctx, managerB, http.MethodPut, path, body, nil); err != nil || out.Code != http.StatusForbidden ||
+	// Designation decides who writes, never who leads: another manager's
+	// renewal of the shared lease is admitted (without leaseguard's
+	// mutating webhook it is stored), any other write of it refused.
+	retuned := deepCopy(created)
+	retuned["spec"].(map[string]any)["renewTime"] = microTime(time.Now().Add(time.Second))
+	retuned["spec"].(map[string]any)["leaseDurationSeconds"] = 20
+	retunedBody, _ := json.Marshal(retuned)
+	if out, err = e.do(ctx, managerB, http.MethodPut, path, retunedBody, nil); err != nil || out.Code != http.StatusForbidden ||
 		!strings.Contains(out.Message, "is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in ") {
+		t.Errorf("another manager's write of a lease field: %v HTTP %d %s", err, out.Code, out.Message)
+	}
+	// (The coalescing policy answers 503 until the API server has the
+	// MultiClusterLease's schema, shortly after its CRD is created.)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if out, err = e.do(ctx, managerB, http.MethodPut, path, body, nil); err != nil || out.Code != http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if err != nil || out.Code != http.StatusOK {
 		t.Errorf("another manager's renewal: %v HTTP %d %s", err, out.Code, out.Message)
+	} else if got, _ := out.Body["metadata"].(map[string]any)["annotations"].(map[string]any)[policy.DesignationAnnotation]; got != managerA.Username {
+		t.Errorf("another manager's renewal changed the designation to %v", got)
+	} else {
+		renewal = deepCopy(out.Body)
+		renewal["spec"].(map[string]any)["renewTime"] = microTime(time.Now().Add(2 * time.Second))
+		body, _ = json.Marshal(renewal)
 	}
 	// The coalescing policy answers 503 until the API server has the
 	// MultiClusterLease's schema, shortly after its CRD is created.

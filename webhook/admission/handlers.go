@@ -123,7 +123,9 @@ func retryAfterSeconds(d time.Duration) int32 {
 }
 
 // Designator is the mutating webhook: it records the designated manager of
-// designation: auto, and, where the policy coalesces renewals and the
+// designation: auto, acknowledges the MultiClusterLease renewals of the
+// managers that are not designated without storing them (policy.Acknowledge),
+// and, where the policy coalesces renewals and the
 // MutatingAdmissionPolicy is not used, sets an early renewal's renewTime back
 // to the stored one. It never refuses a write.
 type Designator struct {
@@ -163,10 +165,18 @@ func (m *Designator) decide(r *Review) Answer {
 	// real lease carries, nothing is patched (the renewal is stored, the
 	// designation left to the manager or an operator), so that an answer
 	// never grows with what a client posts.
-	if policy.Coalesce(p, req) {
+	coalesce, acknowledge := policy.Coalesce(p, req), false
+	if !coalesce {
+		acknowledge = policy.Acknowledge(p, req)
+	}
+	if coalesce || acknowledge {
 		if len(req.Old.RenewTimeText) <= maxPatchedValueBytes {
 			ops = append(ops, patchOp{Op: "replace", Path: "/spec/renewTime", Value: req.Old.RenewTimeText})
-			m.Metrics.Coalesced(req.Resource)
+			if coalesce {
+				m.Metrics.Coalesced(req.Resource)
+			} else {
+				m.Metrics.Acknowledged(req.Resource)
+			}
 		}
 	} else if user, stamp := policy.Designate(p, req); stamp && len(user) <= maxPatchedValueBytes {
 		if !req.New.HasAnnotations {

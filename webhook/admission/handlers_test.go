@@ -12,6 +12,11 @@ func TestValidatorVerdicts(t *testing.T) {
 	renewed := func(at string) string {
 		return mcl(designA, `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"renewTime":"`+at+`"`)
 	}
+	// A write that renews and also changes a lease field: not a shared
+	// renewal, so who sends it and how often count.
+	retuned := func(at string) string {
+		return mcl(designA, `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"retryPeriodSeconds":15,"renewTime":"`+at+`"`)
+	}
 	cases := []struct {
 		name       string
 		review     review
@@ -28,7 +33,7 @@ func TestValidatorVerdicts(t *testing.T) {
 		},
 		{
 			name:   "another manager is not the designated one",
-			review: review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
+			review: review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: retuned("2026-11-30T11:59:59.500000Z")},
 			code:   http.StatusForbidden,
 			message: "leaseguard: rule kcc-mcl: " + managerB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader" +
 				" (designated: ...cnrm-controller-manager-a, stale in 15s)",
@@ -36,8 +41,20 @@ func TestValidatorVerdicts(t *testing.T) {
 		{
 			// Judged by the server clock (12:00:00) against the stored
 			// renewTime, not by the body's renewTime.
-			name:       "renewing too often is a 429 with the remaining time",
-			review:     review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
+			// Designation decides who writes, never who leads: the
+			// cluster's other managers renew the shared lease too.
+			name:    "another manager's renewal of the shared lease is admitted",
+			review:  review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
+			allowed: true,
+		},
+		{
+			name:    "a shared renewal is not rate limited",
+			review:  review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: renewed("2026-11-30T11:59:59.500000Z")},
+			allowed: true,
+		},
+		{
+			name:       "writing other lease fields too often is a 429 with the remaining time",
+			review:     review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: renewed("2026-11-30T11:59:58.000000Z"), object: retuned("2026-11-30T11:59:59.500000Z")},
 			code:       http.StatusTooManyRequests,
 			message:    "leaseguard: rule kcc-mcl: " + managerA + " renews too often multiclusterlease cnrm-system/kcc-leader (renewed 2s after the stored renewal, minimum 5s)",
 			retryAfter: 3,
@@ -92,8 +109,13 @@ func TestDesignatorStampsTheFirstManager(t *testing.T) {
 			`[{"op":"add","path":"/metadata/annotations","value":{"leaseguard.io/designated-manager":"` + managerA + `"}}]`},
 		{"first write with other annotations", review{kind: "MultiClusterLease", operation: "CREATE", user: managerA, object: mcl(`"team":"x"`, spec)},
 			`[{"op":"add","path":"/metadata/annotations/leaseguard.io~1designated-manager","value":"` + managerA + `"}]`},
-		{"fresh designation of another manager: no stamp", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
-			oldObject: mcl(designA, spec), object: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.500000Z"`)}, ""},
+		// The other managers of the cluster renew the shared lease: their
+		// renewals are acknowledged without being stored.
+		{"fresh designation of another manager: acknowledged, not stamped", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
+			oldObject: mcl(designA, spec), object: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.500000Z"`)},
+			`[{"op":"replace","path":"/spec/renewTime","value":"2026-11-30T11:59:59.000000Z"}]`},
+		{"fresh designation of another manager changing a lease field: neither", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
+			oldObject: mcl(designA, spec), object: mcl(designA, `"holderIdentity":"cluster-a","retryPeriodSeconds":15,"renewTime":"2026-11-30T11:59:59.500000Z"`)}, ""},
 		{"stale designation: the writer takes over", review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
 			oldObject: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:00.000000Z"`), object: mcl(designA, spec)},
 			`[{"op":"add","path":"/metadata/annotations/leaseguard.io~1designated-manager","value":"` + managerB + `"}]`},

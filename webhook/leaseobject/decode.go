@@ -102,6 +102,11 @@ func DecodeLenient(res policy.Resource, data []byte) (*policy.Object, error) {
 // object never becomes one nobody can write (docs/design.md §4). old is nil
 // on CREATE.
 func CheckWritten(old, new *policy.Object) error {
+	for _, u := range new.Untyped {
+		if old == nil || !holds(old.Untyped, u) {
+			return fmt.Errorf("%s%s", u.Field, u.Problem)
+		}
+	}
 	for _, u := range new.Unreadable {
 		same := false
 		if old != nil {
@@ -116,6 +121,16 @@ func CheckWritten(old, new *policy.Object) error {
 		}
 	}
 	return nil
+}
+
+// holds reports whether list has the field with the very same value.
+func holds(list []policy.Unreadable, u policy.Unreadable) bool {
+	for _, o := range list {
+		if o.Field == u.Field && o.Raw == u.Raw {
+			return true
+		}
+	}
+	return false
 }
 
 // Strict turns the first unreadable field of o into an error.
@@ -358,6 +373,11 @@ func (r *reader) specTime(o *policy.Object, name string) time.Time {
 	t, err := ParseTime(string(b))
 	if err != nil {
 		r.unreadable(o, name, v, ": "+err.Error())
+		return t
+	}
+	if !TypedTime(string(b)) {
+		o.Untyped = append(o.Untyped, policy.Unreadable{Field: "spec." + name, Raw: rawKey(v),
+			Problem: " \"" + policy.Clip(string(b)) + "\" cannot be read by typed clients (metav1.MicroTime): write it as " + MicroTimeLayout})
 	}
 	return t
 }

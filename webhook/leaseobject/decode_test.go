@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
@@ -559,5 +561,66 @@ func TestDecodeLenientRefusesHostileFilesShortly(t *testing.T) {
 				t.Errorf("allocated %d MiB for %d bytes", alloc>>20, len(c.data))
 			}
 		})
+	}
+}
+
+// Typed clients read a MultiClusterLease's times as metav1.MicroTime: a
+// written time they cannot read would break every typed Get of the object
+// and every typed List of its namespace (the controller's cache). Such a
+// write is refused with the layout; one already stored stays repairable.
+func TestWrittenTimesAreWhatTypedClientsRead(t *testing.T) {
+	for _, c := range []struct {
+		s     string
+		typed bool
+	}{
+		{"2026-11-30T14:00:03.123456Z", true},
+		{"2026-11-30T14:00:03.123456+02:00", true},
+		{"2026-11-30T14:00:03Z", false},
+		{"2026-11-30T14:00:03.042Z", false},
+		{"2026-11-30T14:00:03.123456789Z", false},
+		{"2026-11-30t14:00:03.123456Z", false},
+		{"2026-11-30T14:00:03.123456z", false},
+		{"2026-11-30T14:00:03,123456Z", false},
+		{"2026-11-30T14:00:03.123456+99:00", false},
+	} {
+		if got := TypedTime(c.s); got != c.typed {
+			t.Errorf("TypedTime(%q) = %v, want %v", c.s, got, c.typed)
+		}
+		var mt metav1.MicroTime
+		if err := mt.UnmarshalJSON([]byte(`"` + c.s + `"`)); c.typed && err != nil {
+			t.Errorf("%q: TypedTime says readable, metav1.MicroTime: %v", c.s, err)
+		} else if err == nil && !c.typed && !strings.Contains(c.s, ",") {
+			t.Errorf("%q: TypedTime says unreadable, metav1.MicroTime reads it", c.s)
+		}
+	}
+	obj := func(renewTime string) *policy.Object {
+		o, err := DecodeLenient(policy.MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease",
+		  "metadata":{"name":"m","namespace":"ns"},"spec":{"holderIdentity":"c","renewTime":"`+renewTime+`"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	good, seconds, seconds2 := obj("2026-11-30T14:00:03.000000Z"), obj("2026-11-30T14:00:03Z"), obj("2026-11-30T14:00:05Z")
+	want := `spec.renewTime "2026-11-30T14:00:05Z" cannot be read by typed clients (metav1.MicroTime): write it as 2006-01-02T15:04:05.000000Z07:00`
+	for _, c := range []struct {
+		name     string
+		old, new *policy.Object
+		err      string
+	}{
+		{"create with seconds only", nil, seconds2, want},
+		{"renewal with seconds only", good, seconds2, want},
+		{"another untyped time over a stored one", seconds, seconds2, want},
+		{"a write that leaves the stored untyped time", seconds, obj("2026-11-30T14:00:03Z"), ""},
+		{"a write that repairs it", seconds, good, ""},
+	} {
+		err := CheckWritten(c.old, c.new)
+		if (err == nil) != (c.err == "") || (err != nil && err.Error() != c.err) {
+			t.Errorf("%s: CheckWritten = %v, want %q", c.name, err, c.err)
+		}
+	}
+	// Leaseguard itself reads them all: the stored object is decided.
+	if !seconds.Spec.RenewTime.Equal(good.Spec.RenewTime) || len(seconds.Unreadable) != 0 {
+		t.Errorf("an untyped time is still read: %v, unreadable %v", seconds.Spec.RenewTime, seconds.Unreadable)
 	}
 }

@@ -25,6 +25,22 @@ func ParseTime(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("\"%s\" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", policy.Clip(s))
 }
 
+// MicroTimeLayout is the one layout metav1.MicroTime reads (and writes):
+// RFC 3339 with exactly six fractional digits.
+const MicroTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// TypedTime reports whether a typed client reads s as a metav1.MicroTime
+// (which parses it with MicroTimeLayout) in the form it writes: Go also
+// reads a comma before the fraction, which no client writes and the
+// generated ValidatingAdmissionPolicy refuses, so it is refused here too.
+func TypedTime(s string) bool {
+	if len(s) < len("2006-01-02T15:04:05.000000Z") || len(s) > len("2006-01-02T15:04:05.000000-07:00") || s[19] != '.' {
+		return false
+	}
+	_, err := time.Parse(MicroTimeLayout, s)
+	return err == nil
+}
+
 // parseTime is ParseTime without the error, for callers that skip what they
 // cannot read.
 func parseTime(s string) (time.Time, bool) {

@@ -279,6 +279,18 @@ func onlyRenewTimeMoves(res policy.Resource) string {
 // manager the rule lets renew the stored lease. exact is false where CEL
 // cannot say it (a bind template with several captures).
 func rightfulRenewer(r *policy.RuleView) (string, bool) {
+	return renewer(r, false)
+}
+
+// sharedRenewer renders the caller policy.FailClosed leaves to the
+// fail-open webhook: the rightful renewer of a Lease, and any manager that
+// may renew a MultiClusterLease with its stored holder (policy.Rule.sharesRenewal),
+// whoever is designated.
+func sharedRenewer(r *policy.RuleView) (string, bool) {
+	return renewer(r, true)
+}
+
+func renewer(r *policy.RuleView, shared bool) (string, bool) {
 	manager, exact := isManager(r)
 	if r.Bind != nil {
 		// A bound manager renews only its own lease (I9).
@@ -288,9 +300,17 @@ func rightfulRenewer(r *policy.RuleView) (string, bool) {
 	}
 	parts := []string{manager}
 	designated := annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
-	parts = append(parts, or(designated+" == ''", designated+" == "+celUser))
+	designation := []string{or(designated+" == ''", designated+" == "+celUser)}
 	if r.Designation == policy.DesignationFixed {
-		parts = append(parts, celUser+" == "+quote(r.FixedManager))
+		designation = append(designation, celUser+" == "+quote(r.FixedManager))
+	}
+	switch {
+	case shared && len(r.Resources) == 1 && r.Resources[0] == policy.MultiClusterLeases:
+		// Whoever is designated.
+	case shared && contains(r.Resources, policy.MultiClusterLeases):
+		parts = append(parts, or("request.resource.resource == "+quote(string(policy.MultiClusterLeases)), and(designation...)))
+	default:
+		parts = append(parts, designation...)
 	}
 	holder := spec("oldObject", "holderIdentity") + ".orValue('')"
 	switch r.HolderBinding {

@@ -344,7 +344,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 func (g *generator) rightfulRenewers() string {
 	parts := make([]string, len(g.rules))
 	for i := range g.rules {
-		renewer, exact := rightfulRenewer(&g.rules[i])
+		renewer, exact := sharedRenewer(&g.rules[i])
 		if !exact {
 			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: its bind template %q has several captures, which CEL cannot match", g.rules[i].Name, g.rules[i].Bind.ManagerText)
 			renewer = "true"
@@ -368,10 +368,20 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 	for i := range g.rules {
 		r := &g.rules[i]
 		var why []string
-		if r.Designation == policy.DesignationAuto {
-			manager, _ := isManager(r)
-			designated := annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+		manager, _ := isManager(r)
+		designated := annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+		switch {
+		case r.Designation == policy.DesignationAuto:
+			// The stamp (policy.Designate), and the acknowledgement of
+			// the other managers' MultiClusterLease renewals
+			// (policy.Acknowledge).
 			why = append(why, and(manager, or("request.operation == 'CREATE'", designated+" != "+celUser)))
+		case contains(r.Resources, policy.MultiClusterLeases) && r.Designation == policy.DesignationFixed:
+			why = append(why, and("request.resource.resource == "+quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
+				manager, celUser+" != "+quote(r.FixedManager)))
+		case contains(r.Resources, policy.MultiClusterLeases) && r.Designation == policy.DesignationByAnnotation:
+			why = append(why, and("request.resource.resource == "+quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
+				manager, designated+" != ''", designated+" != "+celUser))
 		}
 		if r.CoalesceInterval > 0 && g.o.Coalescing == CoalesceInWebhook {
 			if c, ok := g.earlyRenewal(i); ok {

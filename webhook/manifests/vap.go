@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,6 +136,10 @@ func limits(r *policy.RuleView, o VAPOptions) []Limit {
 			"nothing stamps the designation (that is leaseguard's mutating webhook): it is recorded only when a manager sets the annotation itself, and while none is recorded every manager writes")
 		add(policy.InvariantDesignatedWriter, "designation: auto", Partial,
 			"a DELETE carries no server clock: another manager's delete is refused while a designation is recorded, even once it is stale")
+	}
+	if r.Designation != policy.DesignationNone && slices.Contains(r.Resources, policy.MultiClusterLeases) {
+		add(policy.InvariantDesignatedWriter, "designation", Partial,
+			"renewals of a shared MultiClusterLease by managers that are not designated are admitted and stored, not acknowledged without storing: that needs the server's clock in the mutating step, which is leaseguard's mutating webhook")
 	}
 	if r.MinRenewInterval > 0 || r.AutoRenewInterval {
 		add(policy.InvariantRenewalRate, "minRenewInterval", Unsupported,

@@ -120,6 +120,7 @@ func TestVAPLimitsOfTheSample(t *testing.T) {
 	want := []string{
 		"kcc-mcl unsupported  designation: auto",
 		"kcc-mcl partial I2 designation: auto",
+		"kcc-mcl partial I2 designation",
 		"kcc-mcl unsupported I6 minRenewInterval",
 		"kcc-mcl partial I2 backOffLosers",
 		"kcc-mcl unsupported  coalesceRenewals",

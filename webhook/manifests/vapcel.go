@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
@@ -194,6 +195,23 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	}
 	add("specSame", and(append([]string{"request.operation == 'UPDATE'"}, same...)...))
 	add("metadataOnly", and(v("specSame"), v("oldDesignated")+" == "+v("newDesignated")))
+	if !c.lease() {
+		// policy's sharedRenewal: a plain renewal of a MultiClusterLease,
+		// which I2 does not judge (docs/design.md §4).
+		plain := []string{"request.operation == 'UPDATE'", "request.?subResource.orValue('') == ''",
+			v("oldHolderIdentity") + " != ''", v("oldRenewTime") + ".hasValue()", v("newRenewTime") + ".hasValue()"}
+		for _, f := range c.stringFields() {
+			plain = append(plain, v(field("old", f))+" == "+v(field("new", f)))
+		}
+		for _, f := range c.intFields() {
+			o, n := v(field("old", f)+"Raw"), v(field("new", f)+"Raw")
+			plain = append(plain, o+" == "+n, o+" >= 0", o+" <= "+maxInt32)
+		}
+		plain = append(plain, v("oldDesignated")+" == "+v("newDesignated"),
+			"object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])",
+			"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
+		add("sharedRenewal", and(plain...))
+	}
 	add("ownerReferencesSame", "request.operation == 'UPDATE' && object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
 	add("ownershipChanged", "request.operation == 'UPDATE' && !("+v("ownerReferencesSame")+" && object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]))")
 
@@ -342,6 +360,7 @@ func (c *vapCEL) boundLeaseName() string {
 // Failure codes: each names one check of docs/policy.md.
 const (
 	codeUnreadable      = "cannot-decide-"
+	codeUntyped         = "untyped-"
 	codeStatus          = "I8"
 	codeManager         = "I1"
 	codeUnbound         = "I9-unbound"
@@ -389,10 +408,22 @@ func (c *vapCEL) unreadableFailure() string {
 	for i := len(times) - 1; i >= 0; i-- {
 		f := times[i]
 		raw := v(field("new", f) + "Raw")
-		out = ternary(and(raw+" != ''", "!"+v(field("new", f))+".hasValue()", raw+" != "+v(field("old", f)+"Raw")), lit(codeUnreadable+f), out)
+		changed := raw + " != " + v(field("old", f)+"Raw")
+		// A Lease's times are typed by the API server; a custom resource's
+		// are stored as written, and must be what metav1.MicroTime reads.
+		if !c.lease() {
+			out = ternary(and(raw+" != ''", v(field("new", f))+".hasValue()", changed, "!"+raw+".matches("+quote(microTimeRE)+")"), lit(codeUnreadable+codeUntyped+f), out)
+		}
+		out = ternary(and(raw+" != ''", "!"+v(field("new", f))+".hasValue()", changed), lit(codeUnreadable+f), out)
 	}
 	return out
 }
+
+// microTimeRE is what metav1.MicroTime reads, as leaseobject.TypedTime
+// checks it: exactly six fractional digits after a '.', an upper-case T
+// and Z, an offset hour of at most 24 (the API server's date-time check
+// has already refused impossible dates and clock times).
+const microTimeRE = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}(Z|[+-]([01][0-9]|2[0-4]):[0-9]{2})$`
 
 // designationFailure is I3, for a write that changes the designation.
 func (c *vapCEL) designationFailure() string {
@@ -526,7 +557,11 @@ func (c *vapCEL) failure() string {
 	isDelete := "request.operation == 'DELETE'"
 	spec := first("fencingFailure", "holderFailure", "boundsFailure", "timesFailure", "recordFailure")
 	out := ternary(isDelete, "''", ternary(v("metadataOnly"), v("recordFailure"), spec))
-	out = ternary(v("designatedFailure")+" != ''", v("designatedFailure"), out)
+	designated := v("designatedFailure") + " != ''"
+	if !c.lease() {
+		designated = "!" + v("sharedRenewal") + " && " + designated
+	}
+	out = ternary(designated, v("designatedFailure"), out)
 	out = ternary(v("metadataOnly")+" && !"+v("ownershipChanged"), v("recordFailure"), out)
 	out = ternary("!("+isDelete+") && "+v("oldDesignated")+" != "+v("newDesignated")+" && "+v("designationFailure")+" != ''", v("designationFailure"), out)
 	if r.Bind != nil {
@@ -590,6 +625,15 @@ func (c *vapCEL) whoRefusals() []refusal {
 		add(refusal{code: codeUnreadable + f, reason: metav1.StatusReasonInvalid,
 			static:  "leaseguard: cannot decide: request.object: spec." + f + " is not an RFC 3339 time leaseguard reads",
 			problem: str(lit("leaseguard: cannot decide: request.object: spec."+f+": \""), clip(raw), lit("\" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z"))})
+	}
+	if !c.lease() {
+		for _, f := range c.timeFields() {
+			raw := v(field("new", f) + "Raw")
+			add(refusal{code: codeUnreadable + codeUntyped + f, reason: metav1.StatusReasonInvalid,
+				static: "leaseguard: cannot decide: request.object: spec." + f + " cannot be read by typed clients (metav1.MicroTime): write it as " + leaseobject.MicroTimeLayout,
+				problem: str(lit("leaseguard: cannot decide: request.object: spec."+f+" \""), clip(raw),
+					lit("\" cannot be read by typed clients (metav1.MicroTime): write it as "+leaseobject.MicroTimeLayout))})
+		}
 	}
 	for _, f := range c.intFields() {
 		raw := v(field("new", f) + "Raw")

@@ -23,6 +23,7 @@ type Recorder struct {
 	badRequests        *prometheus.CounterVec
 	unreadableStored   *prometheus.CounterVec
 	coalesced          *prometheus.CounterVec
+	acknowledged       *prometheus.CounterVec
 	reviewBytes        *prometheus.HistogramVec
 	policyReloads      *prometheus.CounterVec
 	policyValid        prometheus.Gauge
@@ -61,6 +62,10 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Name: "leaseguard_coalesced_renewals_total",
 			Help: "Early renewals the mutating webhook set back to the stored renewTime, so that the API server stores nothing.",
 		}, []string{"resource"}),
+		acknowledged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_acknowledged_renewals_total",
+			Help: "Renewals of a shared MultiClusterLease by managers that are not its designated writer, answered with success and not stored (the mutating webhook set renewTime back).",
+		}, []string{"resource"}),
 		reviewBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leaseguard_admission_review_bytes",
 			Help:    "Size of the AdmissionReviews leaseguard reads, by webhook: a lease write is a few KiB; a large one is padded.",
@@ -75,7 +80,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Help: "1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.reviewBytes, r.policyReloads, r.policyValid} {
+	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.acknowledged, r.reviewBytes, r.policyReloads, r.policyValid} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -133,6 +138,15 @@ func (r *Recorder) Coalesced(res policy.Resource) {
 		return
 	}
 	r.coalesced.WithLabelValues(string(res)).Inc()
+}
+
+// Acknowledged records a shared MultiClusterLease renewal by a manager that
+// is not designated, acknowledged without being stored.
+func (r *Recorder) Acknowledged(res policy.Resource) {
+	if r == nil {
+		return
+	}
+	r.acknowledged.WithLabelValues(string(res)).Inc()
 }
 
 // PolicyReload records a reload attempt of the policy file.

@@ -113,9 +113,15 @@ func (c *check) mainResource() Decision {
 
 	// I2: while the designation is fresh only the designated manager writes
 	// the spec, deletes, or changes what decides whether and when the
-	// object disappears (I11).
-	if d, ok := c.designated(metadataOnly); !ok {
-		return d
+	// object disappears (I11). A MultiClusterLease renewal that keeps the
+	// holder is the cluster's candidate renewing, whichever of its managers
+	// sends it: designation decides who writes, never who leads, so such a
+	// renewal is never refused for who sent it (sharedRenewal).
+	shared := c.sharedRenewal()
+	if !shared {
+		if d, ok := c.designated(metadataOnly); !ok {
+			return d
+		}
 	}
 	if req.Operation == Delete {
 		return c.allowed()
@@ -124,7 +130,7 @@ func (c *check) mainResource() Decision {
 		return c.metadataWrite()
 	}
 
-	if d, ok := c.specWrite(); !ok {
+	if d, ok := c.specWrite(shared); !ok {
 		return d
 	}
 	d := c.allowed()
@@ -246,9 +252,27 @@ func (c *check) backOff() bool {
 		!strings.HasPrefix(req.FieldManager, "kubectl")
 }
 
+// sharedRenewal reports whether the write is a plain renewal of a
+// MultiClusterLease: an UPDATE of the object itself by which only renewTime
+// moves, with a holder. In Config Connector's namespace mode every manager
+// of a cluster renews the one MultiClusterLease with the one candidate
+// identity of the cluster, and counts as leader only once its write
+// succeeds and the controller confirms it (docs/multicluster.md): refusing
+// one would stop its namespace. So I2 and I6 do not apply; the mutating
+// step acknowledges such renewals without storing them (Acknowledge,
+// Coalesce), and one that reaches validation unacknowledged (an install
+// without the mutating step, or while it is down) is stored: it changes
+// nothing but the clock of the holder that already holds the lease.
+func (c *check) sharedRenewal() bool {
+	req := c.req
+	return req.Resource == MultiClusterLeases && req.Operation == Update && req.Subresource == "" &&
+		req.Old != nil && req.New != nil && plainRenewal(req.Old, req.New)
+}
+
 // specWrite enforces I4, I5, I10, I7 and I6 on a CREATE or an UPDATE that
-// changes lease fields.
-func (c *check) specWrite() (Decision, bool) {
+// changes lease fields; a shared renewal (sharedRenewal) is not rate
+// limited.
+func (c *check) specWrite(shared bool) (Decision, bool) {
 	if d, ok := c.fencing(); !ok {
 		return d, false
 	}
@@ -263,6 +287,9 @@ func (c *check) specWrite() (Decision, bool) {
 	}
 	if d, ok := c.renewWriteRecord(); !ok {
 		return d, false
+	}
+	if shared {
+		return Decision{}, true
 	}
 	return c.writeRate()
 }

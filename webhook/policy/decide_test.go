@@ -160,6 +160,17 @@ type decideCase struct {
 	new    *Object
 	now    time.Duration // offset from t0
 	want   want
+	// mcl, when set, is what a MultiClusterLease gets instead: a plain
+	// renewal of one is the cluster's shared candidate renewing, which I2
+	// and I6 do not judge (sharedRenewal).
+	mcl *want
+}
+
+// sharedOK is what a MultiClusterLease's plain renewal gets where a Lease's
+// is refused for who sent it or how often.
+func sharedOK(rule string, renewal time.Duration) *want {
+	w := allowRenewal(rule, renewal)
+	return &w
 }
 
 func allow(rule string) want { return want{verdict: Allow, rule: rule} }
@@ -192,6 +203,9 @@ func genericCases(res Resource) []decideCase {
 	add := func(c decideCase) {
 		c.res = res
 		c.name = k + "/" + c.name
+		if res == MultiClusterLeases && c.mcl != nil {
+			c.want = *c.mcl
+		}
 		cs = append(cs, c)
 	}
 	obj := func(ns string, opts ...objOpt) *Object { return mk(res, ns, "l", opts...) }
@@ -260,22 +274,27 @@ func genericCases(res Resource) []decideCase {
 		want: allowRenewal("auto", 10*sec)})
 	add(decideCase{name: "I2 other manager renews while fresh", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "7s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "7s")),
+		mcl:  sharedOK("auto", 10*sec)})
 	add(decideCase{name: "I2 other manager 1s before stale", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(16*sec)), now: 16 * sec,
-		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s")),
+		mcl:  sharedOK("auto", 16*sec)})
 	add(decideCase{name: "I2 other manager 1ns before expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(17*sec-1)), now: 17*sec - 1,
-		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s")),
+		mcl:  sharedOK("auto", 17*sec-1)})
 	add(decideCase{name: "I2 other manager exactly at expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(17*sec)), now: 17 * sec,
-		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "0s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "0s")),
+		mcl:  sharedOK("auto", 17*sec)})
 	add(decideCase{name: "I2 other manager 1ns after expiry+skew", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(17*sec+1)), now: 17*sec + 1,
 		want: allowRenewal("auto", 17*sec+1)})
 	add(decideCase{name: "I2 staleness with 30s lease duration", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), leaseDur(30*sec)), new: obj("team-auto", desig("user:mgr-a"), leaseDur(30*sec), renewAt(31*sec)), now: 31 * sec,
-		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s"))})
+		want: denyMsg("auto", InvariantDesignatedWriter, i2auto("user:mgr-b", "1s")),
+		mcl:  sharedOK("auto", 31*sec)})
 	add(decideCase{name: "I2 staleness from creation time without renew/acquire time and default duration", op: upd, caller: mgrB,
 		old: obj("team-auto", desig("user:mgr-a"), noRenew(), noAcquire(), leaseDur(0), createdAt(0)),
 		new: obj("team-auto", desig("user:mgr-a"), noAcquire(), leaseDur(0), createdAt(0), renewAt(16*sec)), now: 16 * sec,
@@ -365,7 +384,8 @@ func genericCases(res Resource) []decideCase {
 		want: allowRenewal("annot", 0)})
 	add(decideCase{name: "I2 annotation other manager", op: upd, caller: mgrB,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignatedWriter, i2annot)})
+		want: denyMsg("annot", InvariantDesignatedWriter, i2annot),
+		mcl:  sharedOK("annot", 10*sec)})
 	add(decideCase{name: "I2 annotation other manager after expiry (no staleness in annotation mode)", op: upd, caller: mgrB,
 		old: obj("team-annot", desig("user:mgr-a")), new: obj("team-annot", desig("user:mgr-a"), takeover(res, "h2", 60*sec)), now: 60 * sec,
 		want: denyMsg("annot", InvariantDesignatedWriter, i2annot)})
@@ -375,7 +395,8 @@ func genericCases(res Resource) []decideCase {
 		old: obj("team-annot", desig("user:mgr-a")), now: 10 * sec, want: allow("annot")})
 	add(decideCase{name: "I2 annotation absent: manager spec write", op: upd, caller: mgrA,
 		old: obj("team-annot"), new: obj("team-annot", renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("annot", InvariantDesignatedWriter, i2annotNone)})
+		want: denyMsg("annot", InvariantDesignatedWriter, i2annotNone),
+		mcl:  sharedOK("annot", 10*sec)})
 	add(decideCase{name: "I2 annotation absent: manager create", op: cre, caller: mgrA,
 		new: obj("team-annot"), now: 10 * sec, want: denyMsg("annot", InvariantDesignatedWriter, i2annotNone)})
 	add(decideCase{name: "I2 annotation absent: manager delete", op: del, caller: mgrA,
@@ -411,10 +432,12 @@ func genericCases(res Resource) []decideCase {
 		old: obj("team-fixed"), now: 10 * sec, want: allow("fixed")})
 	add(decideCase{name: "I2 fixed other manager renews", op: upd, caller: mgrA,
 		old: obj("team-fixed"), new: obj("team-fixed", renewAt(10*sec)), now: 10 * sec,
-		want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
+		want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed),
+		mcl:  sharedOK("fixed", 10*sec)})
 	add(decideCase{name: "I2 fixed other manager renews stale lease", op: upd, caller: mgrA,
 		old: obj("team-fixed"), new: obj("team-fixed", renewAt(60*sec)), now: 60 * sec,
-		want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
+		want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed),
+		mcl:  sharedOK("fixed", 60*sec)})
 	add(decideCase{name: "I2 fixed other manager creates", op: cre, caller: mgrA,
 		new: obj("team-fixed"), now: 10 * sec, want: denyMsg("fixed", InvariantDesignatedWriter, i2fixed)})
 	add(decideCase{name: "I2 fixed other manager deletes", op: del, caller: mgrA,
@@ -519,25 +542,31 @@ func genericCases(res Resource) []decideCase {
 	}
 	add(decideCase{name: "I6 renewal after 2s of 5s", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(2*sec)), now: 2 * sec,
-		want: rate("open", i6("open", "team-open", "2s", "5s"), 2*sec, 5*sec)})
+		want: rate("open", i6("open", "team-open", "2s", "5s"), 2*sec, 5*sec),
+		mcl:  sharedOK("open", 2*sec)})
 	add(decideCase{name: "I6 renewal after 4.5s of 5s", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(4500*time.Millisecond)), now: 4500 * time.Millisecond,
-		want: rate("open", i6("open", "team-open", "4.5s", "5s"), 4500*time.Millisecond, 5*sec)})
+		want: rate("open", i6("open", "team-open", "4.5s", "5s"), 4500*time.Millisecond, 5*sec),
+		mcl:  sharedOK("open", 4500*time.Millisecond)})
 	add(decideCase{name: "I6 renewal after 1ms of 5s", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(time.Millisecond)), now: time.Millisecond,
-		want: rate("open", i6("open", "team-open", "1ms", "5s"), time.Millisecond, 5*sec)})
+		want: rate("open", i6("open", "team-open", "1ms", "5s"), time.Millisecond, 5*sec),
+		mcl:  sharedOK("open", time.Millisecond)})
 	add(decideCase{name: "I6 client-go retry of a throttled body after Retry-After admitted", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(2*sec)), now: 5 * sec,
 		want: allowRenewal("open", 5*sec)})
 	add(decideCase{name: "I6 client-go retry of a throttled body too early", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(2*sec)), now: 3 * sec,
-		want: rate("open", i6("open", "team-open", "3s", "5s"), 3*sec, 5*sec)})
+		want: rate("open", i6("open", "team-open", "3s", "5s"), 3*sec, 5*sec),
+		mcl:  sharedOK("open", 3*sec)})
 	add(decideCase{name: "I6 renewTime advanced past the interval, server clock 1ms short of it", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(6*sec)), now: 4999 * time.Millisecond,
-		want: rate("open", i6("open", "team-open", "4.999s", "5s"), 4999*time.Millisecond, 5*sec)})
+		want: rate("open", i6("open", "team-open", "4.999s", "5s"), 4999*time.Millisecond, 5*sec),
+		mcl:  sharedOK("open", 5*sec-time.Millisecond)})
 	add(decideCase{name: "I6 stored renewTime ahead of the server clock: elapsed 0", op: upd, caller: mgrA,
 		old: obj("team-open", renewAt(sec)), new: obj("team-open", renewAt(2*sec)), now: 0,
-		want: rate("open", i6("open", "team-open", "0s", "5s"), 0, 5*sec)})
+		want: rate("open", i6("open", "team-open", "0s", "5s"), 0, 5*sec),
+		mcl:  sharedOK("open", 0)})
 	add(decideCase{name: "I6 stored renewTime 1s ahead, 6s later by the server clock", op: upd, caller: mgrA,
 		old: obj("team-open", renewAt(sec)), new: obj("team-open", renewAt(6*sec)), now: 6 * sec,
 		want: allowRenewal("open", 5*sec)})
@@ -562,10 +591,12 @@ func genericCases(res Resource) []decideCase {
 	// Lease cannot declare its renew deadline).
 	add(decideCase{name: "I6 auto 30s lease: 7s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(7*sec)), now: 7 * sec,
-		want: rate("autoiv", i6("autoiv", "team-autoiv", "7s", "8s"), 7*sec, 8*sec)})
+		want: rate("autoiv", i6("autoiv", "team-autoiv", "7s", "8s"), 7*sec, 8*sec),
+		mcl:  sharedOK("autoiv", 7*sec)})
 	add(decideCase{name: "I6 auto 30s lease: 7.999s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(7999*time.Millisecond)), now: 7999 * time.Millisecond,
-		want: rate("autoiv", i6("autoiv", "team-autoiv", "7.999s", "8s"), 7999*time.Millisecond, 8*sec)})
+		want: rate("autoiv", i6("autoiv", "team-autoiv", "7.999s", "8s"), 7999*time.Millisecond, 8*sec),
+		mcl:  sharedOK("autoiv", 7999*time.Millisecond)})
 	add(decideCase{name: "I6 auto 30s lease: 8s admitted", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(30*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewAt(8*sec)), now: 8 * sec,
 		want: allowRenewal("autoiv", 8*sec)})
@@ -576,22 +607,26 @@ func genericCases(res Resource) []decideCase {
 	// the full 10s for a 30s lease, 20s for a 60s one.
 	add(decideCase{name: "I6 auto slow clients 30s lease: 9s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv-slow", leaseDur(30*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewAt(9*sec)), now: 9 * sec,
-		want: rate("autoiv-slow", i6("autoiv-slow", "team-autoiv-slow", "9s", "10s"), 9*sec, 10*sec)})
+		want: rate("autoiv-slow", i6("autoiv-slow", "team-autoiv-slow", "9s", "10s"), 9*sec, 10*sec),
+		mcl:  sharedOK("autoiv-slow", 9*sec)})
 	add(decideCase{name: "I6 auto slow clients 30s lease: 10s admitted", op: upd, caller: mgrA,
 		old: obj("team-autoiv-slow", leaseDur(30*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewAt(10*sec)), now: 10 * sec,
 		want: allowRenewal("autoiv-slow", 10*sec)})
 	add(decideCase{name: "I6 auto slow clients 60s lease: 19s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv-slow", leaseDur(60*sec)), new: obj("team-autoiv-slow", leaseDur(60*sec), renewAt(19*sec)), now: 19 * sec,
-		want: rate("autoiv-slow", i6("autoiv-slow", "team-autoiv-slow", "19s", "20s"), 19*sec, 20*sec)})
+		want: rate("autoiv-slow", i6("autoiv-slow", "team-autoiv-slow", "19s", "20s"), 19*sec, 20*sec),
+		mcl:  sharedOK("autoiv-slow", 19*sec)})
 	add(decideCase{name: "I6 auto slow clients 15s lease: 5s admitted", op: upd, caller: mgrA,
 		old: obj("team-autoiv-slow"), new: obj("team-autoiv-slow", renewAt(5*sec)), now: 5 * sec,
 		want: allowRenewal("autoiv-slow", 5*sec)})
 	add(decideCase{name: "I6 auto 15s lease: 4.999s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv"), new: obj("team-autoiv", renewAt(4999*time.Millisecond)), now: 4999 * time.Millisecond,
-		want: rate("autoiv", i6("autoiv", "team-autoiv", "4.999s", "5s"), 4999*time.Millisecond, 5*sec)})
+		want: rate("autoiv", i6("autoiv", "team-autoiv", "4.999s", "5s"), 4999*time.Millisecond, 5*sec),
+		mcl:  sharedOK("autoiv", 4999*time.Millisecond)})
 	add(decideCase{name: "I6 auto without lease duration: 4s denied", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(0)), new: obj("team-autoiv", leaseDur(0), renewAt(4*sec)), now: 4 * sec,
-		want: rate("autoiv", i6("autoiv", "team-autoiv", "4s", "5s"), 4*sec, 5*sec)})
+		want: rate("autoiv", i6("autoiv", "team-autoiv", "4s", "5s"), 4*sec, 5*sec),
+		mcl:  sharedOK("autoiv", 4*sec)})
 	add(decideCase{name: "I6 auto without lease duration: 5s admitted", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(0)), new: obj("team-autoiv", leaseDur(0), renewAt(5*sec)), now: 5 * sec,
 		want: allowRenewal("autoiv", 5*sec)})
@@ -648,7 +683,8 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "warn renewal too often", op: upd, caller: mgrA,
 		old: obj("team-warn"), new: obj("team-warn", renewAt(2*sec)), now: 2 * sec,
 		want: want{verdict: Warn, rule: "warn", inv: InvariantRenewalRate, renewal: 2 * sec,
-			msg: i6("warn", "team-warn", "2s", "5s")}})
+			msg: i6("warn", "team-warn", "2s", "5s")},
+		mcl: sharedOK("warn", 2*sec)})
 	add(decideCase{name: "warn non-manager", op: upd, caller: stranger,
 		old: obj("team-warn"), new: obj("team-warn", renewAt(10*sec)), now: 10 * sec,
 		want: want{verdict: Warn, rule: "warn", inv: InvariantManager,
@@ -656,14 +692,16 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "warn not designated", op: upd, caller: mgrB,
 		old: obj("team-warn", desig("user:mgr-a")), new: obj("team-warn", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
 		want: want{verdict: Warn, rule: "warn", inv: InvariantDesignatedWriter,
-			msg: "leaseguard: rule warn: user:mgr-b is not the designated manager of " + k + " team-warn/l (designated: user:mgr-a, stale in 7s)"}})
+			msg: "leaseguard: rule warn: user:mgr-b is not the designated manager of " + k + " team-warn/l (designated: user:mgr-a, stale in 7s)"},
+		mcl: sharedOK("warn", 10*sec)})
 	add(decideCase{name: "warn admitted write is a plain allow", op: upd, caller: mgrA,
 		old: obj("team-warn"), new: obj("team-warn", renewAt(10*sec)), now: 10 * sec,
 		want: allowRenewal("warn", 10*sec)})
 	add(decideCase{name: "audit renewal too often", op: upd, caller: mgrA,
 		old: obj("team-audit"), new: obj("team-audit", renewAt(2*sec)), now: 2 * sec,
 		want: want{verdict: Audit, rule: "audit", inv: InvariantRenewalRate, renewal: 2 * sec,
-			msg: i6("audit", "team-audit", "2s", "5s")}})
+			msg: i6("audit", "team-audit", "2s", "5s")},
+		mcl: sharedOK("audit", 2*sec)})
 	add(decideCase{name: "audit not designated", op: del, caller: mgrB,
 		old: obj("team-audit", desig("user:mgr-a")), now: 10 * sec,
 		want: want{verdict: Audit, rule: "audit", inv: InvariantDesignatedWriter,
@@ -833,11 +871,13 @@ func mclOnlyCases() []decideCase {
 		want: denyMsg("open", InvariantStatus, "leaseguard: rule open: user:mgr-a may not write the status of multiclusterlease team-open/l (status writers: none)")})
 
 	// --- I6: auto interval from a declared renew deadline ---
+	// (A plain renewal of a MultiClusterLease is not rate limited: these
+	// writes also change retryPeriodSeconds.)
 	i6auto := func(elapsed, minimum string) string {
 		return "leaseguard: rule autoiv: user:mgr-a renews too often multiclusterlease team-autoiv/l (renewed " + elapsed + " after the stored renewal, minimum " + minimum + ")"
 	}
 	add(decideCase{name: "I6 auto renewDeadlineSeconds 8: 3.999s denied", op: upd, caller: mgrA,
-		old: obj("team-autoiv", renewDeadline(8*sec)), new: obj("team-autoiv", renewDeadline(8*sec), renewAt(3999*time.Millisecond)), now: 3999 * time.Millisecond,
+		old: obj("team-autoiv", renewDeadline(8*sec)), new: obj("team-autoiv", renewDeadline(8*sec), renewAt(3999*time.Millisecond), retryPeriod(3*sec)), now: 3999 * time.Millisecond,
 		want: rate("autoiv", i6auto("3.999s", "4s"), 3999*time.Millisecond, 4*sec)})
 	add(decideCase{name: "I6 auto renewDeadlineSeconds 8: 4s admitted", op: upd, caller: mgrA,
 		old: obj("team-autoiv", renewDeadline(8*sec)), new: obj("team-autoiv", renewDeadline(8*sec), renewAt(4*sec)), now: 4 * sec,
@@ -845,7 +885,7 @@ func mclOnlyCases() []decideCase {
 	// The declared deadline wins over two thirds of the lease duration
 	// (which would give 10s for 30s).
 	add(decideCase{name: "I6 auto renewDeadlineSeconds 8 with a 30s lease: 3s denied", op: upd, caller: mgrA,
-		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec), renewAt(3*sec)), now: 3 * sec,
+		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec), renewAt(3*sec), retryPeriod(3*sec)), now: 3 * sec,
 		want: rate("autoiv", i6auto("3s", "4s"), 3*sec, 4*sec)})
 	add(decideCase{name: "I6 auto renewDeadlineSeconds 8 with a 30s lease: retried body admitted at 4s", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(8*sec), renewAt(3*sec)), now: 4 * sec,
@@ -853,13 +893,13 @@ func mclOnlyCases() []decideCase {
 	// A declared deadline of 20s would give 10s; the rule's clients
 	// (client-go's defaults, clockSkew 2s) survive at most 8s.
 	add(decideCase{name: "I6 auto renewDeadlineSeconds 20: 7s denied", op: upd, caller: mgrA,
-		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec), renewAt(7*sec)), now: 7 * sec,
+		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec), renewAt(7*sec), retryPeriod(3*sec)), now: 7 * sec,
 		want: rate("autoiv", i6auto("7s", "8s"), 7*sec, 8*sec)})
 	add(decideCase{name: "I6 auto renewDeadlineSeconds 20: 8s admitted", op: upd, caller: mgrA,
 		old: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv", leaseDur(30*sec), renewDeadline(20*sec), renewAt(8*sec)), now: 8 * sec,
 		want: allowRenewal("autoiv", 8*sec)})
 	add(decideCase{name: "I6 auto slow clients renewDeadlineSeconds 20: 9s denied", op: upd, caller: mgrA,
-		old: obj("team-autoiv-slow", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewDeadline(20*sec), renewAt(9*sec)), now: 9 * sec,
+		old: obj("team-autoiv-slow", leaseDur(30*sec), renewDeadline(20*sec)), new: obj("team-autoiv-slow", leaseDur(30*sec), renewDeadline(20*sec), renewAt(9*sec), retryPeriod(3*sec)), now: 9 * sec,
 		want: rate("autoiv-slow", "leaseguard: rule autoiv-slow: user:mgr-a renews too often multiclusterlease team-autoiv-slow/l (renewed 9s after the stored renewal, minimum 10s)", 9*sec, 10*sec)})
 
 	// --- the sample's kcc-mcl rule ---
@@ -869,7 +909,7 @@ func mclOnlyCases() []decideCase {
 		old: kcc(desig(a)), new: kcc(desig(a), renewAt(5*sec)), now: 5 * sec,
 		want: allowRenewal("kcc-mcl", 5*sec)})
 	add(decideCase{name: "kcc-mcl documented I2 message", op: upd, caller: kccMgrB,
-		old: kcc(desig(a)), new: kcc(desig(a), renewAt(5*sec)), now: 5 * sec,
+		old: kcc(desig(a)), new: kcc(desig(a), renewAt(5*sec), leaseDur(20*sec)), now: 5 * sec,
 		want: denyMsg("kcc-mcl", InvariantDesignatedWriter, "leaseguard: rule kcc-mcl: system:serviceaccount:cnrm-system:cnrm-controller-manager-b is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)")})
 	add(decideCase{name: "kcc-mcl takeover after stale", op: upd, caller: kccMgrB,
 		old: kcc(desig(a)), new: kcc(desig(kccMgrB.Username), renewAt(17*sec+1)), now: 17*sec + 1,
@@ -1093,7 +1133,7 @@ rules:
 			"I3": {Resource: res, Operation: Update, Caller: mgrB, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", desig("user:mgr-a")), Now: t0.Add(sec)},
 			"I4": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", takeover(res, "pod_1", sec)), Now: t0.Add(sec)},
 			"I5": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", renewAt(9*sec)), Now: t0.Add(9 * sec)},
-			"I6": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(sec)), Now: t0.Add(sec)},
+			"I6": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(sec), leaseDur(20*sec)), Now: t0.Add(sec)},
 			"I7": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(-sec)), Now: t0.Add(sec)},
 		}
 		for inv, req := range reqs {

@@ -73,7 +73,9 @@ func Coalesce(p *Policy, req *Request) bool {
 		return false
 	}
 	old, new := req.Old, req.New
-	if !plainRenewal(old, new) {
+	if !plainRenewal(old, new) || len(old.Untyped) > 0 || len(new.Untyped) > 0 {
+		// A stored time typed clients cannot read is repaired by storing
+		// the renewal; a written one is refused by validation.
 		return false
 	}
 	advance := new.Spec.RenewTime.Sub(old.Spec.RenewTime)
@@ -81,6 +83,94 @@ func Coalesce(p *Policy, req *Request) bool {
 		return false
 	}
 	return rule.rightfulRenewer(&req.Caller, old)
+}
+
+// Acknowledge says whether a MultiClusterLease renewal by a manager that is
+// not the designated writer should be acknowledged without being stored:
+// the mutating step sets renewTime back to the stored value, the write then
+// changes nothing, and the API server answers success with the object (and
+// its generation) unchanged. Config Connector's lock then finds the
+// controller's status already confirming its cluster, and the manager
+// leads (docs/multicluster.md). It applies while the designated writer's
+// lease is fresh, so that the one stored writer keeps the lease alive; once
+// it has gone stale the renewal is stored and, with designation: auto, the
+// caller takes the designation over (Designate). A renewal that validation
+// would refuse (a time ahead of the clock, one typed clients cannot read,
+// an unreadable stored object) is left to validation.
+func Acknowledge(p *Policy, req *Request) bool {
+	if req.Resource != MultiClusterLeases || req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+		return false
+	}
+	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
+	if rule == nil {
+		return false
+	}
+	caller, old, new := &req.Caller, req.Old, req.New
+	if rule.operators.matchCaller(caller) || !plainRenewal(old, new) || len(old.Untyped) > 0 || len(new.Untyped) > 0 {
+		return false
+	}
+	writer := rule.DesignatedWriter(old)
+	if writer == "" || writer == caller.Username || !rule.sharesRenewal(caller, old) {
+		return false
+	}
+	c := check{rule: rule, skew: p.ClockSkew, req: req, obj: old}
+	return c.fresh(old) && !new.Spec.RenewTime.After(req.Now.Add(p.ClockSkew))
+}
+
+// AcknowledgementNotes says, per rule that designates a writer of
+// MultiClusterLeases, that the other managers' renewals are acknowledged
+// without being stored only by leaseguard's mutating webhook: where it is
+// not installed (a validating-only install, the ValidatingAdmissionPolicies
+// of `leaseguard vap`), or while it is down, they are admitted and stored
+// (sharedRenewal), so that every namespace still leads. `leaseguard check`,
+// `vap` and `serve` print them.
+func (p *Policy) AcknowledgementNotes() []string {
+	var out []string
+	for _, r := range p.Rules {
+		if r.resources[resourceIndex(MultiClusterLeases)] && r.designation != DesignationNone {
+			out = append(out, "rule "+r.Name+": renewals of a shared MultiClusterLease by managers that are not designated are acknowledged without being stored only by leaseguard's mutating webhook (leaseguard manifests renders it); without it they are admitted and stored")
+		}
+	}
+	return out
+}
+
+// DesignatedWriter is the username whose writes of o are stored while its
+// lease is fresh: the fixed designation, else the recorded one; "" when the
+// rule designates none.
+func (r *Rule) DesignatedWriter(o *Object) string {
+	switch r.designation {
+	case DesignationNone:
+		return ""
+	case DesignationFixed:
+		return r.fixedManager
+	}
+	if o.HasDesignation {
+		return o.Designated
+	}
+	return ""
+}
+
+// sharesRenewal reports whether the caller may renew the stored
+// MultiClusterLease with its holder, whoever is designated: a manager of
+// the rule (of its bound lease, under a bind template) that holder binding
+// lets hold it.
+func (r *Rule) sharesRenewal(caller *Caller, old *Object) bool {
+	if !r.isManager(caller.Username) {
+		return false
+	}
+	if r.bind != nil {
+		vals, bound := r.bind.manager.match(caller.Username)
+		if !bound || !r.bind.leaseMatches(old.Name, &vals) {
+			return false
+		}
+	}
+	switch r.holderBinding {
+	case HolderBindingPod:
+		return caller.PodName != "" && holderIsPod(old.Spec.Holder, caller.PodName)
+	case HolderBindingUsername:
+		return old.Spec.Holder == caller.Username
+	}
+	return true
 }
 
 // IdentityChange reports whether a write may change who holds or may write
@@ -142,6 +232,11 @@ func FailClosed(p *Policy, req *Request) bool {
 	if rule == nil || !rule.RenewerExpressible() {
 		return false
 	}
+	if req.Resource == MultiClusterLeases {
+		// Every manager renews the shared holder's MultiClusterLease
+		// (sharedRenewal): its renewals must not fail with leaseguard.
+		return !rule.sharesRenewal(&req.Caller, req.Old)
+	}
 	return !rule.rightfulRenewer(&req.Caller, req.Old)
 }
 
@@ -169,28 +264,13 @@ func plainRenewal(old, new *Object) bool {
 // renew this lease as it stands: the designated manager when one is
 // recorded, the holder's pod or user under a holder binding.
 func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
-	if !r.isManager(caller.Username) {
-		return false
-	}
-	if r.bind != nil {
-		vals, bound := r.bind.manager.match(caller.Username)
-		if !bound || !r.bind.leaseMatches(old.Name, &vals) {
-			return false
-		}
-	}
 	if old.HasDesignation && old.Designated != "" && old.Designated != caller.Username {
 		return false
 	}
 	if r.designation == DesignationFixed && caller.Username != r.fixedManager {
 		return false
 	}
-	switch r.holderBinding {
-	case HolderBindingPod:
-		return caller.PodName != "" && holderIsPod(old.Spec.Holder, caller.PodName)
-	case HolderBindingUsername:
-		return old.Spec.Holder == caller.Username
-	}
-	return true
+	return r.sharesRenewal(caller, old)
 }
 
 // isManager reports whether username counts as a manager under the rule,

@@ -72,7 +72,9 @@ type hardCase struct {
 	dryRun   bool
 	manager  string
 	want     want
-	notice   string // substring of Decision.Notice
+	// mcl, when set, is what a MultiClusterLease gets instead (sharedOK).
+	mcl    *want
+	notice string // substring of Decision.Notice
 }
 
 func hardCases(res Resource) []hardCase {
@@ -81,6 +83,9 @@ func hardCases(res Resource) []hardCase {
 	add := func(c hardCase) {
 		c.res = res
 		c.name = k + "/" + c.name
+		if res == MultiClusterLeases && c.mcl != nil {
+			c.want = *c.mcl
+		}
 		cs = append(cs, c)
 	}
 	upd, del := Update, Delete
@@ -119,7 +124,8 @@ func hardCases(res Resource) []hardCase {
 	add(hardCase{name: "old renewTime written a second after the last stored write", op: upd, caller: podA,
 		old: in(res, "hard", renewWrite(5*sec), renewAt(-1*sec)), new: in(res, "hard", renewWrite(6*sec), renewAt(0)), now: 6 * sec,
 		want: want{verdict: Deny, rule: "hard", inv: InvariantRenewalRate, code: http.StatusTooManyRequests, retry: 4 * sec, renewal: 1 * sec,
-			msg: "leaseguard: rule hard: user:mgr-a renews too often " + k + " hard/l (renewed 1s after the stored renewal, minimum 5s)"}})
+			msg: "leaseguard: rule hard: user:mgr-a renews too often " + k + " hard/l (renewed 1s after the stored renewal, minimum 5s)"},
+		mcl: sharedOK("hard", sec)})
 	add(hardCase{name: "server write time lags renewTime: renewTime counts", op: upd, caller: podA,
 		old: in(res, "hard", renewWrite(-1*sec)), new: in(res, "hard", renewAt(6*sec)), now: 6 * sec, want: allowRenewal("hard", 6*sec)})
 	add(hardCase{name: "managedFields time of the last renewal moved backwards", op: upd, caller: podA,
@@ -171,13 +177,16 @@ func hardCases(res Resource) []hardCase {
 	loser := want{verdict: Deny, rule: "hard", inv: InvariantDesignatedWriter, code: http.StatusTooManyRequests, retry: 16 * sec,
 		msg: "leaseguard: rule hard: user:mgr-b is not the designated manager of " + k + " hard/l (designated: user:mgr-a, stale in 16s)"}
 	add(hardCase{name: "losing candidate backs off until the designation goes stale", op: upd, caller: podB,
-		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: loser})
+		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: loser,
+		mcl: sharedOK("hard", sec)})
 	people := loser
 	people.code, people.retry = http.StatusForbidden, 0
 	add(hardCase{name: "kubectl gets the 403 at once", op: upd, caller: podB, manager: "kubectl-patch",
-		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: people})
+		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: people,
+		mcl: sharedOK("hard", sec)})
 	add(hardCase{name: "a dry run gets the 403 at once", op: upd, caller: podB, dryRun: true,
-		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: people})
+		old: in(res, "hard", holder("pod-b")), new: in(res, "hard", holder("pod-b"), renewAt(1*sec)), now: 1 * sec, want: people,
+		mcl: sharedOK("hard", sec)})
 
 	// Messages stay readable whatever the stored object holds.
 	add(hardCase{name: "far-future stored renewTime is named by date", op: upd, caller: podB,
@@ -306,6 +315,11 @@ func TestFailClosed(t *testing.T) {
 		nw := in(Leases, ns, append([]objOpt{renewAt(2 * sec)}, opts...)...)
 		return &Request{Resource: Leases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
 	}
+	mclWrite := func(ns string, caller Caller, opts ...objOpt) *Request {
+		old := in(MultiClusterLeases, ns)
+		nw := in(MultiClusterLeases, ns, append([]objOpt{renewAt(2 * sec)}, opts...)...)
+		return &Request{Resource: MultiClusterLeases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
+	}
 	deleted := write("hard", podA)
 	deleted.Operation, deleted.New = Delete, nil
 	cases := []struct {
@@ -323,6 +337,15 @@ func TestFailClosed(t *testing.T) {
 		{"a rule without holder binding: the designated manager renews", write("coalesce", mgrA), false},
 		{"a rule without holder binding: another manager renews", write("coalesce", mgrB), true},
 		{"no rule selects the lease: only identity changes", write("elsewhere", stranger), false},
+		// A MultiClusterLease is renewed by every manager of the cluster
+		// (its shared candidate): their renewals must flow while
+		// leaseguard is down, or the managers that are not designated
+		// lose leadership and exit.
+		{"multiclusterlease: another manager renews from the holder's pod", mclWrite("hard", Caller{Username: "user:mgr-b", PodName: "pod"}), false},
+		{"multiclusterlease: another manager renews without binding", mclWrite("coalesce", mgrB), false},
+		{"multiclusterlease: another manager's pod is not the holder's", mclWrite("hard", podB), true},
+		{"multiclusterlease: a stranger renews", mclWrite("coalesce", stranger), true},
+		{"multiclusterlease: another manager changes the holder", mclWrite("coalesce", mgrB, holder("pod_2")), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -365,5 +388,86 @@ func TestDesignateWithGenerateName(t *testing.T) {
 	user, ok := Designate(p, &Request{Resource: MultiClusterLeases, Operation: Create, Caller: podA, New: nw, Now: t0})
 	if !ok || user != "user:mgr-a" {
 		t.Fatalf("Designate = %q %v, want the caller stamped on a generateName create", user, ok)
+	}
+}
+
+// Designation decides who writes, never who leads: the renewals of a shared
+// MultiClusterLease by the managers that are not designated are answered
+// success without being stored, while the designated writer's lease is
+// fresh (docs/multicluster.md).
+func TestAcknowledge(t *testing.T) {
+	p := mustCompile(t, hardPolicy+`- name: fixed
+  resources: [multiclusterleases]
+  namespaces: [fixed]
+  managers: ["user:mgr-*"]
+  designation: "user:mgr-a"
+- name: annotated
+  resources: [multiclusterleases]
+  namespaces: [annotated]
+  managers: ["user:mgr-*"]
+  designation: annotation
+`)
+	renewal := func(res Resource, ns string, caller Caller, at time.Duration, opts ...objOpt) *Request {
+		old := in(res, ns)
+		nw := in(res, ns, append([]objOpt{renewAt(at)}, opts...)...)
+		return &Request{Resource: res, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(at)}
+	}
+	untyped := func(o *Object) { o.Untyped = []Unreadable{{Field: "spec.renewTime", Raw: `"x"`}} }
+	ahead := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	ahead.New.Spec.RenewTime = t0.Add(5 * sec)
+	storedUntyped := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	untyped(storedUntyped.Old)
+	undesignated := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	undesignated.Old.HasDesignation, undesignated.Old.Designated = false, ""
+	undesignated.New.HasDesignation, undesignated.New.Designated = false, ""
+	status := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	status.Subresource = StatusSubresource
+	cases := []struct {
+		name string
+		req  *Request
+		want bool
+	}{
+		{"another manager renews while the designation is fresh", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec), true},
+		{"another manager renews 1ns before the designation goes stale", renewal(MultiClusterLeases, "coalesce", mgrB, 17*sec), true},
+		{"another manager renews once it is stale: stored (and takes over)", renewal(MultiClusterLeases, "coalesce", mgrB, 17*sec+1), false},
+		{"another manager with a clock behind the stored renewal", renewal(MultiClusterLeases, "coalesce", mgrB, -sec), true},
+		{"the designated manager renews: coalescing decides", renewal(MultiClusterLeases, "coalesce", mgrA, 2*sec), false},
+		{"another manager's pod renews the holder's lease", renewal(MultiClusterLeases, "hard", Caller{Username: "user:mgr-b", PodName: "pod"}, 2*sec), true},
+		{"another manager's pod is not the holder's", renewal(MultiClusterLeases, "hard", podB, 2*sec), false},
+		{"a stranger renews", renewal(MultiClusterLeases, "coalesce", stranger, 2*sec), false},
+		{"an operator renews: stored", renewal(MultiClusterLeases, "hard", op, 2*sec), false},
+		{"another manager also changes a lease field", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec, leaseDur(20*sec)), false},
+		{"another manager changes the holder", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec, holder("pod_2")), false},
+		{"another manager's renewTime is ahead of the clock: validation refuses it", ahead, false},
+		{"another manager writes a time typed clients cannot read", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec, untyped), false},
+		{"the stored time is one typed clients cannot read: stored, repaired", storedUntyped, false},
+		{"nobody is designated yet: stored (and designated)", undesignated, false},
+		{"no designation in the rule", renewal(MultiClusterLeases, "plain", mgrB, 2*sec), false},
+		{"a fixed designation: another manager", renewal(MultiClusterLeases, "fixed", mgrB, 2*sec), true},
+		{"a fixed designation: the fixed manager", renewal(MultiClusterLeases, "fixed", mgrA, 2*sec), false},
+		{"an annotated designation: another manager", renewal(MultiClusterLeases, "annotated", mgrB, 2*sec), true},
+		{"a Lease: candidates have identities of their own", renewal(Leases, "coalesce", mgrB, 2*sec), false},
+		{"the status subresource", status, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Acknowledge(p, c.req); got != c.want {
+				t.Fatalf("Acknowledge = %v, want %v", got, c.want)
+			}
+			if c.want && c.req.New.Spec.RenewTime.After(c.req.Old.Spec.RenewTime) {
+				// What reaches validation unacknowledged (no mutating
+				// step) is admitted: the same renewal, stored. (One that
+				// moves renewTime back is refused there, I7.)
+				if d := Decide(p, c.req); d.Verdict != Allow {
+					t.Errorf("Decide of the unacknowledged renewal = %+v, want allow", d)
+				}
+				if FailClosed(p, c.req) {
+					t.Errorf("FailClosed = true: the renewal would fail while leaseguard is down")
+				}
+			}
+		})
+	}
+	if notes := p.AcknowledgementNotes(); len(notes) != 4 || !strings.HasPrefix(notes[0], "rule hard: ") {
+		t.Errorf("AcknowledgementNotes = %q, want one for each rule that designates a MultiClusterLease writer", notes)
 	}
 }

@@ -102,6 +102,10 @@ func transitions(n int32) objOpt { return func(o *Object) { o.Spec.Transitions =
 
 func leaseDur(d time.Duration) objOpt { return func(o *Object) { o.Spec.LeaseDuration = d } }
 
+// retryPeriod sets the retry period a MultiClusterLease declares
+// (spec.retryPeriodSeconds).
+func retryPeriod(d time.Duration) objOpt { return func(o *Object) { o.Spec.RetryPeriod = d } }
+
 // renewDeadline sets the renew deadline a MultiClusterLease declares
 // (spec.renewDeadlineSeconds).
 func renewDeadline(d time.Duration) objOpt { return func(o *Object) { o.Spec.RenewDeadline = d } }

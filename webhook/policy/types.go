@@ -99,6 +99,14 @@ type Object struct {
 	// in Decision.Notice; it never refuses an operator, a status writer or
 	// a metadata-only write because of them.
 	Unreadable []Unreadable
+	// Untyped lists spec times leaseguard reads but typed clients cannot:
+	// metav1.MicroTime parses exactly 2006-01-02T15:04:05.000000Z07:00, and
+	// a custom resource's date-time is stored as written. A typed Get of
+	// such an object fails, and so does a typed List of every object in its
+	// namespace (a controller's cache), so no write may introduce one
+	// (leaseobject.CheckWritten); one already stored is repaired by the
+	// next write of a readable time.
+	Untyped []Unreadable
 }
 
 // Unreadable is a field that could not be read, with its JSON text.

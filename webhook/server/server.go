@@ -85,6 +85,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	rec.PolicyLoaded()
 	log.Info("policy loaded", "path", o.PolicyFile, "rules", len(store.Policy().Rules))
+	for _, n := range store.Policy().AcknowledgementNotes() {
+		log.Info("namespace mode needs the mutating webhook", "note", n)
+	}
 
 	tlsOpts, err := o.Certs.TLSOptions()
 	if err != nil {

@@ -45,8 +45,10 @@ func TestSummarizeCountsWhatTheDesignPromisesAgainst(t *testing.T) {
 		{at: now, kind: evLeadershipLost, outcome: outOther},
 	}
 	r := summarize("f", events, time.Second)
-	if r.guarded != 3 || r.failedGuarded != 1 || r.apiDown != 1 || r.nonDesignated != 2 || r.probes != 2 ||
-		r.wrongAdmissions != 2 || r.wrongIdentity != 1 || r.wrongRenewals != 1 || r.leadershipsLost != 1 {
+	// A non-designated manager's renewal of the shared lease is a guarded
+	// write: refused, it fails (that manager would stop leading).
+	if r.guarded != 5 || r.failedGuarded != 2 || r.apiDown != 1 || r.nonDesignated != 2 || r.probes != 2 ||
+		r.wrongAdmissions != 1 || r.wrongIdentity != 1 || r.leadershipsLost != 1 {
 		t.Fatalf("summary: %+v", r)
 	}
 	if report := renderReport([]result{r}); !strings.Contains(report, "| f | 1 s | 3 | 1 | 1 | 2 + 2 | 2 | 0 / 0 |") {

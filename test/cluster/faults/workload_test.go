@@ -65,7 +65,10 @@ const (
 	// A guarded write the policy admits: a leader's Lease renewal or
 	// acquisition, the designated manager's MultiClusterLease renewal.
 	evGuardedWrite = "guarded write"
-	// A non-designated manager's MultiClusterLease renewal: denied.
+	// A non-designated manager's renewal of the shared MultiClusterLease:
+	// a guarded write too, answered success (acknowledged without being
+	// stored), never refused: Config Connector's lock counts leadership
+	// only when its own write succeeds (docs/multicluster.md).
 	evNonDesignated = "non-designated renewal"
 	// A dry-run identity change the policy refuses.
 	evIdentityChange = "identity change"

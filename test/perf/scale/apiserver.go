@@ -254,7 +254,7 @@ func (f *fleet) startCandidate(ctx context.Context, i int, retryPeriod time.Dura
 				obj := &unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": mclv1alpha1.Group + "/" + mclv1alpha1.Version, "kind": mclv1alpha1.Kind,
 					"metadata": map[string]any{"name": sharedMCL, "namespace": simNamespace},
-					"spec":     map[string]any{"holderIdentity": clusterID, "renewTime": time.Now().UTC().Format(time.RFC3339Nano), "leaseDurationSeconds": int64(15)},
+					"spec":     map[string]any{"holderIdentity": clusterID, "renewTime": time.Now().UTC().Format(metav1.RFC3339Micro), "leaseDurationSeconds": int64(15)},
 				}}
 				_, _ = mcls.Create(cctx, obj, metav1.CreateOptions{})
 			}
