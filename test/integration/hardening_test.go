@@ -590,3 +590,43 @@ func TestManyManagedFieldsEntriesDoNotSkipTheRenewalsWebhook(t *testing.T) {
 	code, msg, _ := put(t, hardManagerB, "b-0", forged)
 	expectRefused(t, stored, http.StatusForbidden, code, msg, "leaseguard: rule hard-leases: "+hardManagerB+" ")
 }
+
+// The API server keeps the managedFields times a client sends: a metadata
+// write by a sibling pod that re-dated the renewer's entry ten years ahead
+// made every later renewal look like the server's record moving backwards,
+// and after expiry every takeover too, until an operator repaired it (third
+// attack round, docs/security.md). Such a write is refused, the Lease left
+// as it was; and a lease an operator left so (operators are not checked)
+// is still renewed by its holder.
+func TestManagedFieldsDatedAheadAreRefusedAndNeverBrickALease(t *testing.T) {
+	ctx := context.Background()
+	stored := hardLease(t, "leader-a")
+	forge := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		f := l.DeepCopy()
+		f.Labels = map[string]string{"seen-by": "a-1"}
+		ahead := metav1.NewTime(time.Now().Add(10 * 365 * 24 * time.Hour))
+		for i := range f.ManagedFields {
+			f.ManagedFields[i].Time = &ahead
+		}
+		return f
+	}
+	code, msg, _ := put(t, hardManagerA, "a-1", forge(stored))
+	expectRefused(t, stored, http.StatusForbidden, code, msg,
+		"leaseguard: rule hard-leases: "+hardManagerA+" dates a managedFields entry ahead of the server clock on lease it-hard/leader-a (only the API server dates entries)")
+
+	// An operator may (leaseguard does not judge operators); the holder's
+	// renewal after the interval is then still admitted.
+	bricked, err := admin.CoordinationV1().Leases(hardNS).Update(ctx, forge(stored), metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("the operator's write: %v", err)
+	}
+	if got := bricked.ManagedFields[0].Time; got == nil || got.Before(&metav1.Time{Time: time.Now().Add(time.Hour)}) {
+		t.Fatalf("the API server did not keep the forged time (%v): the test no longer reproduces the attack", got)
+	}
+	time.Sleep(6 * time.Second) // hard-leases: minRenewInterval 5s
+	renewal := bricked.DeepCopy()
+	renewal.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	if code, msg, _ := put(t, hardManagerA, "a-0", renewal); code != http.StatusOK {
+		t.Fatalf("the holder's renewal of a lease with a forged managedFields time: HTTP %d %s", code, msg)
+	}
+}

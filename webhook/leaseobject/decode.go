@@ -173,6 +173,7 @@ func DecodeValue(res policy.Resource, v *fastjson.Value) (*policy.Object, error)
 	o.Finalizers = r.raw("metadata", "finalizers")
 	o.OwnerReferences = r.raw("metadata", "ownerReferences")
 	o.RenewWrite = r.renewWrite()
+	o.ManagedTimes = r.managedTimes()
 	if r.object("spec") != nil {
 		s := &o.Spec
 		s.Holder = r.specStr(o, "holderIdentity")
@@ -310,6 +311,41 @@ func (r *reader) renewWrite() time.Time {
 		}
 	}
 	return latest
+}
+
+// maxManagedEntries bounds the managedFields entries whose times are kept:
+// the API server keeps at most ten Update entries, and the written object
+// is bounded in items before it is parsed.
+const maxManagedEntries = 4096
+
+// managedTimes lists every managedFields entry's time with its key. Times
+// longer than any the API server writes are kept as text only.
+func (r *reader) managedTimes() []policy.ManagedTime {
+	entries := r.get("metadata", "managedFields")
+	if entries == nil {
+		return nil
+	}
+	list, err := entries.Array()
+	if err != nil || len(list) == 0 {
+		return nil
+	}
+	out := make([]policy.ManagedTime, 0, min(len(list), maxManagedEntries))
+	for _, e := range list[:min(len(list), maxManagedEntries)] {
+		b := e.GetStringBytes("time")
+		if len(b) == 0 {
+			continue
+		}
+		m := policy.ManagedTime{
+			Key: string(e.GetStringBytes("manager")) + "\n" + string(e.GetStringBytes("operation")) + "\n" +
+				string(e.GetStringBytes("subresource")) + "\n" + string(e.GetStringBytes("apiVersion")),
+			Raw: string(b[:min(len(b), maxManagedTimeBytes)]),
+		}
+		if len(b) <= maxManagedTimeBytes {
+			m.Time, _ = parseTime(string(b))
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // unreadable records a spec field leaseguard cannot read; problem reads on

@@ -230,7 +230,10 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("live", v("oldHolderIdentity")+" != '' && !"+v("stale"))
 
 	// The checks, each '' when it passes, else the failure's code.
+	// A stored record ahead of the clock was written by a client (before
+	// clockRewritten refused that): no record of the server's.
 	add("recordFailure", ternary(and("request.operation == 'UPDATE'", v("oldRenewWrite")+".hasValue()",
+		"!("+v("now")+".hasValue() && "+tv(v("oldRenewWrite"))+" > "+tv(v("now"))+" + "+c.skewDuration()+")",
 		ternary(v("newRenewWrite")+".hasValue()", tv(v("newRenewWrite"))+" < "+tv(v("oldRenewWrite")), v("newRenewTime")+".hasValue()")),
 		lit(codeRecord), "''"))
 	add("unreadableFailure", c.unreadableFailure())

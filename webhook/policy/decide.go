@@ -53,7 +53,56 @@ func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
 	if req.Subresource == StatusSubresource && req.Resource == MultiClusterLeases {
 		return c.status()
 	}
+	if d, ok := c.managedClock(); !ok {
+		return d
+	}
 	return c.mainResource()
+}
+
+// managedClock enforces the managedFields half of I7: an UPDATE that adds
+// or re-dates a managedFields entry ahead of the server clock (beyond the
+// skew) is refused. The API server stamps the entry of the write it stores
+// with its own clock (whole seconds) and keeps the times a client sends
+// with managedFields in the body: a re-dated entry would make the
+// renewer's next stamps look like a clock moving backwards (I7's record
+// check) and the stored renewal look recent (I6) for as long as the client
+// likes, and no one but an operator could repair the lease.
+func (c *check) managedClock() (Decision, bool) {
+	req := c.req
+	if req.Operation != Update || req.Old == nil || req.New == nil {
+		return Decision{}, true
+	}
+	limit := req.Now.Add(c.skew)
+	for i := range req.New.ManagedTimes {
+		m := &req.New.ManagedTimes[i]
+		if m.Time.IsZero() || !m.Time.After(limit) || storedStamp(req.Old, m) {
+			continue
+		}
+		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "dates a managedFields entry ahead of the server clock on",
+			"only the API server dates entries"), false
+	}
+	return Decision{}, true
+}
+
+// storedStamp reports whether old holds the entry with the very same time:
+// the write keeps it as stored.
+func storedStamp(old *Object, m *ManagedTime) bool {
+	for i := range old.ManagedTimes {
+		if old.ManagedTimes[i].Key == m.Key {
+			return old.ManagedTimes[i].Raw == m.Raw
+		}
+	}
+	return false
+}
+
+// serverRenewWrite is o.RenewWrite unless it lies ahead of the server clock
+// (beyond the skew): such a time was written by a client before leaseguard
+// refused that (managedClock), and is no record of the server's.
+func (c *check) serverRenewWrite(o *Object) time.Time {
+	if o.RenewWrite.After(c.req.Now.Add(c.skew)) {
+		return time.Time{}
+	}
+	return o.RenewWrite
 }
 
 // status decides a write to the MultiClusterLease status subresource (I8).
@@ -455,10 +504,14 @@ func (c *check) leaseTimes() (Decision, bool) {
 // could rewrite managedFields and pass the rate limit with an old renewTime.
 func (c *check) renewWriteRecord() (Decision, bool) {
 	old, new := c.req.Old, c.req.New
-	if old == nil || new == nil || old.RenewWrite.IsZero() {
+	if old == nil || new == nil {
 		return Decision{}, true
 	}
-	if new.RenewWrite.Before(old.RenewWrite) && (!new.RenewWrite.IsZero() || !new.Spec.RenewTime.IsZero()) {
+	oldWrite := c.serverRenewWrite(old)
+	if oldWrite.IsZero() {
+		return Decision{}, true
+	}
+	if new.RenewWrite.Before(oldWrite) && (!new.RenewWrite.IsZero() || !new.Spec.RenewTime.IsZero()) {
 		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "rewrites the managedFields time of the last renewal of",
 			"the API server records it: "+old.RenewWrite.UTC().Format(time.RFC3339)), false
 	}
@@ -478,7 +531,7 @@ func (c *check) writeRate() (Decision, bool) {
 		return Decision{}, true
 	}
 	interval := c.rule.renewInterval(req.Old)
-	if interval <= 0 || (req.Old.Spec.RenewTime.IsZero() && req.Old.RenewWrite.IsZero()) {
+	if interval <= 0 || (req.Old.Spec.RenewTime.IsZero() && c.serverRenewWrite(req.Old).IsZero()) {
 		return Decision{}, true
 	}
 	elapsed := c.sinceStoredWrite(req.Old)
@@ -501,8 +554,8 @@ func (c *check) writeRate() (Decision, bool) {
 // the API server stored it (zero when that lies ahead of the clock).
 func (c *check) sinceStoredWrite(o *Object) time.Duration {
 	ref := o.Spec.RenewTime
-	if o.RenewWrite.After(ref) {
-		ref = o.RenewWrite
+	if w := c.serverRenewWrite(o); w.After(ref) {
+		ref = w
 	}
 	if e := c.req.Now.Sub(ref); e > 0 {
 		return e
@@ -547,7 +600,7 @@ func sameSpec(old, new *Object) bool {
 func (c *check) expiry(o *Object) time.Time {
 	ref := o.Spec.RenewTime
 	if ref.IsZero() && o.unreadable("spec.renewTime") != nil {
-		ref = o.RenewWrite
+		ref = c.serverRenewWrite(o)
 	}
 	if ref.IsZero() {
 		ref = o.Spec.AcquireTime

@@ -471,3 +471,51 @@ func TestAcknowledge(t *testing.T) {
 		t.Errorf("AcknowledgementNotes = %q, want one for each rule that designates a MultiClusterLease writer", notes)
 	}
 }
+
+// A write that adds or re-dates a managedFields entry ahead of the server
+// clock is refused; one a client left in the past (an operator's, before
+// this check) decides nothing (third attack round, docs/security.md).
+func TestManagedFieldsTimesAheadOfTheClock(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	entry := func(key string, at time.Duration) ManagedTime {
+		ts := t0.Add(at).UTC().Truncate(time.Second)
+		return ManagedTime{Key: key, Raw: ts.Format(time.RFC3339), Time: ts}
+	}
+	times := func(ms ...ManagedTime) objOpt { return func(o *Object) { o.ManagedTimes = ms } }
+	renewer := "kcc\nUpdate\n\ncoordination.k8s.io/v1"
+	year := 365 * 24 * time.Hour
+	label := func(o *Object) {}
+	cases := []struct {
+		name     string
+		res      Resource
+		caller   Caller
+		old, new *Object
+		now      time.Duration
+		want     Verdict
+		msg      string
+	}{
+		{"a sibling pod's label write re-dates the renewer's entry", Leases, podA2,
+			in(Leases, "hard", times(entry(renewer, 0))), in(Leases, "hard", label, times(entry(renewer, 10*year))), sec, Deny,
+			"leaseguard: rule hard: user:mgr-a dates a managedFields entry ahead of the server clock on lease hard/l (only the API server dates entries)"},
+		{"another manager adds an entry dated ahead", MultiClusterLeases, podB,
+			in(MultiClusterLeases, "hard", times(entry(renewer, 0))), in(MultiClusterLeases, "hard", times(entry(renewer, 0), entry("x\nUpdate\n\nv1", time.Hour))), sec, Deny,
+			"leaseguard: rule hard: user:mgr-b dates a managedFields entry ahead of the server clock on multiclusterlease hard/l (only the API server dates entries)"},
+		{"within the clock skew: the server's own stamp", Leases, podA,
+			in(Leases, "hard", renewAt(0), times(entry(renewer, 0))), in(Leases, "hard", renewAt(6*sec), times(entry(renewer, 8*sec))), 6 * sec, Allow, ""},
+		{"an entry stored ahead and kept as it is", Leases, podA2,
+			in(Leases, "hard", times(entry(renewer, year))), in(Leases, "hard", times(entry(renewer, year))), sec, Allow, ""},
+		{"the holder renews a lease whose stored record is dated ahead", Leases, podA,
+			in(Leases, "hard", renewWrite(year), times(entry(renewer, year))), in(Leases, "hard", renewAt(6*sec), renewWrite(6*sec), times(entry(renewer, 6*sec))), 6 * sec, Allow, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(p, &Request{Resource: c.res, Operation: Update, Caller: c.caller, Old: c.old, New: c.new, Now: t0.Add(c.now)})
+			if d.Verdict != c.want || d.Message != c.msg {
+				t.Fatalf("Decide = %v %q, want %v %q", d.Verdict, d.Message, c.want, c.msg)
+			}
+			if c.want == Deny && d.Invariant != InvariantLeaseTimes {
+				t.Errorf("invariant %s, want %s", d.Invariant, InvariantLeaseTimes)
+			}
+		})
+	}
+}

@@ -92,7 +92,14 @@ type Object struct {
 	// entry owns it. I6 judges write frequency by it, so that a client
 	// cannot pass the rate limit by writing an old renewTime.
 	RenewWrite time.Time
-	Spec       Spec
+	// ManagedTimes are the managedFields entries' times as written, by
+	// entry (manager, operation, subresource, apiVersion). The API server
+	// stamps the entry of the write it stores with its own clock, but keeps
+	// whatever times a client sends with managedFields in the body: a write
+	// that adds or re-dates an entry ahead of the server clock is refused,
+	// so that no decision rests on a time a client chose (I7).
+	ManagedTimes []ManagedTime
+	Spec         Spec
 	// Unreadable lists spec fields of a stored object that leaseguard cannot
 	// read (a custom resource is stored as written, whatever its schema
 	// let through). The core decides without them where it can and says so
@@ -107,6 +114,16 @@ type Object struct {
 	// (leaseobject.CheckWritten); one already stored is repaired by the
 	// next write of a readable time.
 	Untyped []Unreadable
+}
+
+// ManagedTime is one managedFields entry's time.
+type ManagedTime struct {
+	// Key names the entry: manager, operation, subresource and apiVersion,
+	// newline-separated.
+	Key string
+	// Raw is the time as written; Time is zero when it is not a time.
+	Raw  string
+	Time time.Time
 }
 
 // Unreadable is a field that could not be read, with its JSON text.
