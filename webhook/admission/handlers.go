@@ -29,9 +29,9 @@ const (
 // Validator is the validating webhook: it enforces docs/design.md §4 on
 // every guarded write.
 type Validator struct {
-	// OnlyRenewals marks the handler of RenewalsPath: it admits what the
-	// fail-closed webhook decides (policy.FailClosed) without deciding or
-	// counting it.
+	// OnlyRenewals marks the handler of RenewalsPath: it decides every
+	// write too, but counts what the fail-closed webhook also decides
+	// (policy.FailClosed) only when it refuses it.
 	OnlyRenewals bool
 	Policies     PolicySource
 	Metrics      *metrics.Recorder
@@ -60,10 +60,18 @@ func (v *Validator) refusesUnreadable() bool { return true }
 func (v *Validator) decide(r *Review) Answer {
 	start := time.Now()
 	req := r.Request
-	if v.OnlyRenewals && policy.FailClosed(v.Policies.Policy(), req) {
+	p := v.Policies.Policy()
+	d := policy.Decide(p, req)
+	// Every handler decides every write it receives against the policy it
+	// holds, never "allowed because the other webhook decides": after a
+	// policy reload the API server may still route by the match
+	// conditions rendered from the old one, so a write the fail-closed
+	// webhook should now take can reach only this one. What the
+	// fail-closed webhook also decides is counted (and warned about)
+	// there, unless refused here.
+	if v.OnlyRenewals && d.Verdict != policy.Deny && policy.FailClosed(p, req) {
 		return Answer{Allowed: true}
 	}
-	d := policy.Decide(v.Policies.Policy(), req)
 	v.Metrics.Decision(req.Resource, &d, time.Since(start))
 	v.LeaseStats.ObserveRequest(req, d.Verdict) // per-lease top-K for /debug/leases
 	if d.Verdict != policy.Allow {

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
 )
 
 func TestValidatorVerdicts(t *testing.T) {
@@ -141,5 +144,23 @@ func TestDesignatorStampsTheFirstManager(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The fail-open webhook's handler decides what it receives against the
+// policy it holds: after a reload that drops a manager, the API server may
+// still send that manager's renewal only there (the match conditions
+// rendered from the old policy), and it must be refused, not admitted
+// because "the fail-closed webhook decides this" (third attack round).
+func TestRenewalsHandlerDecidesWhatTheFailClosedOneWould(t *testing.T) {
+	v := &Validator{OnlyRenewals: true, Policies: testPolicySource(t), Log: logr.Discard(), Now: func() time.Time { return testNow }}
+	h := v.Handler()
+	spec := `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"renewTime":"2026-11-30T11:59:58.000000Z"`
+	renewed := `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"renewTime":"2026-11-30T11:59:59.500000Z"`
+	stranger := "system:serviceaccount:cnrm-system:revoked"
+	_, got := post(t, h, review{kind: "MultiClusterLease", operation: "UPDATE", user: stranger, oldObject: mcl(designA, spec), object: mcl(designA, renewed)}.json())
+	if got.Allowed || got.Result == nil || got.Result.Code != http.StatusForbidden ||
+		!strings.Contains(got.Result.Message, stranger+" is not a manager of multiclusterlease cnrm-system/kcc-leader") {
+		t.Fatalf("the renewals handler's answer to a stranger's renewal: %+v", got)
 	}
 }

@@ -443,10 +443,23 @@ func (g *generator) earlyRenewal(i int) (string, bool) {
 	// (cel.bind is not in the API server's CEL environment: the advance is
 	// written out twice.)
 	advance := "(timestamp(object.spec.renewTime) - timestamp(oldObject.spec.renewTime))"
-	early := and(advance+" < duration("+quote(durationString(r.CoalesceInterval))+")", advance+" >= duration('0s')")
+	interval := "duration(" + quote(durationString(r.CoalesceInterval)) + ")"
+	early := and(advance+" < "+interval, advance+" >= duration('0s')")
 	return and(selectsFirst(g.rules, i), "request.operation == 'UPDATE'",
 		spec("oldObject", "renewTime")+".hasValue()", spec("object", "renewTime")+".hasValue()", early,
-		or(moves...), renewer), true
+		or(moves...), renewer, outlives(interval)), true
+}
+
+// outlives renders policy.Coalesce's server-clock check: the stored lease
+// outlives the coalescing interval. The clock is the latest managedFields
+// time of the object being written, which the API server has just stamped
+// for this write (whole seconds, so a second is added); without one it is
+// the stored renewTime, and the check passes as before. Last, as it costs
+// the most: a renewal that is not early never gets here.
+func outlives(interval string) string {
+	now := "(object.metadata.?managedFields.orValue([]).filter(m, has(m.time)).map(m, timestamp(m.time)) + [timestamp(oldObject.spec.renewTime)]).max()"
+	lease := "duration(string(oldObject.spec.?leaseDurationSeconds.orValue(" + strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second)) + ")) + 's')"
+	return "timestamp(oldObject.spec.renewTime) + " + lease + " > " + now + " + " + interval + " + duration('1s')"
 }
 
 func durationString(d time.Duration) string { return d.String() }

@@ -82,6 +82,15 @@ func Coalesce(p *Policy, req *Request) bool {
 	if advance < 0 || advance >= rule.coalesceInterval {
 		return false
 	}
+	// By the server's clock, the stored lease must outlive the coalescing
+	// interval: a renewal of a lease that has expired (or would before the
+	// next stored renewal), from a client whose clock lags, is stored, or
+	// another manager could take over a lease whose holder was told its
+	// renewal succeeded.
+	c := check{rule: rule, skew: p.ClockSkew, req: req, obj: old}
+	if !c.expiry(old).After(req.Now.Add(rule.coalesceInterval)) {
+		return false
+	}
 	return rule.rightfulRenewer(&req.Caller, old)
 }
 

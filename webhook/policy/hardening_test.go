@@ -519,3 +519,30 @@ func TestManagedFieldsTimesAheadOfTheClock(t *testing.T) {
 		})
 	}
 }
+
+// A renewal of a lease that has expired by the server's clock (or would
+// before the next stored renewal) is never coalesced, whatever its
+// renewTime says: coalesced, its holder is told it renewed while another
+// manager may take the lease over at once (third attack round).
+func TestCoalesceNeverHidesAnExpiredLease(t *testing.T) {
+	p := mustCompile(t, hardPolicy)
+	renewal := func(advance, now time.Duration) *Request {
+		return &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrA,
+			Old: in(MultiClusterLeases, "coalesce"), New: in(MultiClusterLeases, "coalesce", renewAt(advance)), Now: t0.Add(now)}
+	}
+	// coalesceRenewals auto for 15s/10s/2s clients and a 2s clockSkew: 7s.
+	for _, c := range []struct {
+		name    string
+		req     *Request
+		coalesc bool
+	}{
+		{"an early renewal of a fresh lease", renewal(3*sec, 3*sec), true},
+		{"a lagging clock's early renewal of an expired lease", renewal(3*sec, 20*sec), false},
+		{"one that would expire within the interval", renewal(3*sec, 8*sec), false},
+		{"one that outlives the interval by a nanosecond", renewal(3*sec, 8*sec-1), true},
+	} {
+		if got := Coalesce(p, c.req); got != c.coalesc {
+			t.Errorf("%s: Coalesce = %v, want %v", c.name, got, c.coalesc)
+		}
+	}
+}
