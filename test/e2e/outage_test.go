@@ -75,6 +75,13 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			current, err = leases(outageTeam).Update(ctx, renewed, metav1.UpdateOptions{})
 			Expect(err).NotTo(HaveOccurred(), "a renewal by the holder must pass while leaseguard is %s", fault)
 
+			By("the holder's renewal far into the future is refused: stored unchecked, it would keep the Lease for ever")
+			ahead := current.DeepCopy()
+			ahead.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)))
+			_, err = leases(outageTeam).Update(ctx, ahead, metav1.UpdateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)))
+			expectUnchanged(ctx, current)
+
 			By("another manager's takeover of the live Lease is refused, the Lease unchanged")
 			stolen := current.DeepCopy()
 			stolen.Spec.HolderIdentity = ptr.To(pod("team-b") + "_1")
@@ -102,18 +109,23 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(err).To(MatchError(ContainSubstring(failed)))
 			expectUnchanged(ctx, current)
 
-			By("the designated manager renews the shared MultiClusterLease; another manager's renewal, designation changes, finalizers and status are refused")
+			By("every manager renews the shared MultiClusterLease; a renewal far ahead, designation changes, finalizers and status are refused")
 			shared := mcls(manager(outageTeam))
 			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))
 			sharedRenewed, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			renewedAt, _, _ := unstructured.NestedString(sharedRenewed.Object, "spec", "renewTime")
 			Expect(renewedAt).To(Equal(micro(mustParse(patch))), "the holder's renewal was stored")
-			// Only the rightful renewer's renewals flow: another manager's
-			// renewTime-only write is refused like an identity change.
-			before := sharedRenewed
+			// Every manager of the cluster renews the shared lease with its
+			// holder, and leads only when its renewal succeeds: another
+			// manager's renewal flows too (stored, as nothing acknowledges
+			// it while leaseguard is down).
 			later := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now().Add(time.Millisecond)))
-			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(later), metav1.PatchOptions{})
+			before, err := mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(later), metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred(), "another manager's renewal of the shared lease must pass while leaseguard is %s", fault)
+			Expect(before.GetAnnotations()[designation]).To(Equal(manager(outageTeam)))
+			farAhead := `{"spec":{"renewTime":"2099-01-01T00:00:00.000000Z"}}`
+			_, err = shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(farAhead), metav1.PatchOptions{})
 			Expect(err).To(MatchError(ContainSubstring(failed)))
 			steal := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, designation, manager("team-b"))
 			_, err = mcls(manager("team-b")).Patch(ctx, outageMCL, types.MergePatchType, []byte(steal), metav1.PatchOptions{})

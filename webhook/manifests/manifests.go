@@ -104,7 +104,7 @@ func Render(p *policy.Policy, o Options) (*Rendered, error) {
 	for i, r := range p.Rules {
 		rules[i] = r.View()
 	}
-	g := &generator{o: o, rules: rules}
+	g := &generator{o: o, rules: rules, skew: p.ClockSkew}
 	out := &Rendered{Validating: g.validating()}
 	out.Mutating = g.mutating()
 	out.Coalescing, out.CoalescingBinding = g.coalescingPolicy()
@@ -115,6 +115,7 @@ func Render(p *policy.Policy, o Options) (*Rendered, error) {
 type generator struct {
 	o     Options
 	rules []policy.RuleView
+	skew  time.Duration
 	notes []string
 }
 
@@ -324,7 +325,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		// someone other than the rule's rightful renewer, are never
 		// admitted without leaseguard (policy.FailClosed).
 		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
-			Name: "selected-fail-closed", Expression: and(selected, or(identityChange(resources), not(g.rightfulRenewers()))),
+			Name: "selected-fail-closed", Expression: and(selected, or(identityChange(resources), not(g.rightfulRenewers()), renewTimeAhead(g.skew))),
 		}),
 		// Every other UPDATE that changes something (the holders' renewals,
 		// free metadata) keeps flowing while leaseguard is down, so no
@@ -336,6 +337,28 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		}),
 	}
 	return cfg
+}
+
+// renewTimeAhead renders policy.RenewTimeAhead: the write moves renewTime
+// more than the clock skew ahead of the API server's clock, which is the
+// time the API server just stamped on the writer's managedFields entry (an
+// entry whose time this write changed; a client may add entries dated
+// ahead, never behind the stamp, so the earliest of them is the stamp).
+// Such a renewal, harmless only if checked (leaseguard refuses it; stored,
+// it would keep the lease until that time), goes to the fail-closed
+// webhook, so that nothing a down or busy leaseguard lets through can lock
+// a lease. A renewTime-only write with no re-stamped entry (a second write
+// by the same manager within one second) goes there too, as does one among
+// more managedFields entries than are compared.
+func renewTimeAhead(skew time.Duration) string {
+	mf := "object.metadata.?managedFields.orValue([])"
+	stamped := mf + ".filter(m, has(m.time) && !oldObject.metadata.?managedFields.orValue([]).exists(o, " +
+		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))" +
+		".map(m, timestamp(m.time))"
+	return and("request.operation == 'UPDATE'", spec("object", "renewTime")+".hasValue()",
+		spec("object", "renewTime")+" != "+spec("oldObject", "renewTime"),
+		or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields), stamped+".size() == 0",
+			"timestamp(object.spec.renewTime) > "+stamped+".min() + duration("+quote((skew+time.Second).String())+")"))
 }
 
 // rightfulRenewers renders "the caller is the rightful renewer of the stored

@@ -81,8 +81,12 @@ func TestFailureSplit(t *testing.T) {
 			t.Errorf("fail-closed condition lacks %s:\n%s", want, closed)
 		}
 	}
-	if strings.Contains(closed, "renewTime") {
-		t.Errorf("renewTime decides nothing about identity:\n%s", closed)
+	// renewTime decides nothing about identity, but one ahead of the API
+	// server's stamp never takes the fail-open path (renewTimeAhead).
+	identity, ahead, ok := strings.Cut(closed, " || (request.operation == 'UPDATE' && object.?spec.?renewTime.hasValue()")
+	if !ok || strings.Contains(identity, "renewTime") || !strings.Contains(ahead, `timestamp(object.spec.renewTime) > object.metadata.?managedFields`) ||
+		!strings.Contains(ahead, `.min() + duration("3s")`) {
+		t.Errorf("fail-closed condition: identity changes, callers, then renewTime ahead of the stamp (clockSkew 2s + 1s):\n%s", closed)
 	}
 	open := condition(hooks[1].MatchConditions, "selected-and-changed")
 	if !strings.Contains(open, "!(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime") {

@@ -207,7 +207,8 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 			o, n := v(field("old", f)+"Raw"), v(field("new", f)+"Raw")
 			plain = append(plain, o+" == "+n, o+" >= 0", o+" <= "+maxInt32)
 		}
-		plain = append(plain, v("oldDesignated")+" == "+v("newDesignated"),
+		// The designation may change: designationFailure judges that.
+		plain = append(plain,
 			"object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])",
 			"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
 		add("sharedRenewal", and(plain...))

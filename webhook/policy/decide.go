@@ -312,10 +312,14 @@ func (c *check) backOff() bool {
 // Coalesce), and one that reaches validation unacknowledged (an install
 // without the mutating step, or while it is down) is stored: it changes
 // nothing but the clock of the holder that already holds the lease.
+//
+// A shared renewal may also change the designation (the mutating webhook
+// stamps the first writer, or a takeover once the designation is stale):
+// I3 has judged that change before.
 func (c *check) sharedRenewal() bool {
 	req := c.req
 	return req.Resource == MultiClusterLeases && req.Operation == Update && req.Subresource == "" &&
-		req.Old != nil && req.New != nil && plainRenewal(req.Old, req.New)
+		req.Old != nil && req.New != nil && renewsOnly(req.Old, req.New)
 }
 
 // specWrite enforces I4, I5, I10, I7 and I6 on a CREATE or an UPDATE that

@@ -234,7 +234,7 @@ func IdentityChange(req *Request) bool {
 // with several captures), every plain renewal is left to the fail-open
 // webhook, and so here.
 func FailClosed(p *Policy, req *Request) bool {
-	if IdentityChange(req) {
+	if IdentityChange(req) || RenewTimeAhead(p, req) {
 		return true
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
@@ -249,6 +249,21 @@ func FailClosed(p *Policy, req *Request) bool {
 	return !rule.rightfulRenewer(&req.Caller, req.Old)
 }
 
+// RenewTimeAhead reports whether an UPDATE moves renewTime more than the
+// clock skew ahead of the server clock. Stored unchecked, such a renewal
+// would hold the lease until that time and make its holder's next renewals
+// go backwards: it must never pass while leaseguard is down, so it goes to
+// the fail-closed webhook (FailClosed), which refuses it (I7). The
+// generated CEL reads the server clock from the managedFields stamp of the
+// write.
+func RenewTimeAhead(p *Policy, req *Request) bool {
+	if req.Operation != Update || req.Old == nil || req.New == nil || req.New.Spec.RenewTime.IsZero() ||
+		req.New.Spec.RenewTime.Equal(req.Old.Spec.RenewTime) {
+		return false
+	}
+	return req.New.Spec.RenewTime.After(req.Now.Add(p.ClockSkew))
+}
+
 // RenewerExpressible reports whether the rule's rightful renewer can be
 // written in CEL: a bind template with several captures cannot be matched
 // there.
@@ -259,14 +274,18 @@ func (r *Rule) RenewerExpressible() bool {
 // plainRenewal reports whether new differs from old in renewTime alone, with
 // a holder, as both say: nothing but the clock moves.
 func plainRenewal(old, new *Object) bool {
+	return renewsOnly(old, new) && sameDesignation(old, new)
+}
+
+// renewsOnly is plainRenewal but for the designation, which may change.
+func renewsOnly(old, new *Object) bool {
 	if old.Spec.Holder == "" || old.Spec.RenewTime.IsZero() || new.Spec.RenewTime.IsZero() ||
 		len(old.Unreadable) > 0 || len(new.Unreadable) > 0 {
 		return false
 	}
 	renewed := new.Spec
 	renewed.RenewTime = old.Spec.RenewTime
-	return old.Spec.Equal(&renewed) && sameDesignation(old, new) &&
-		old.Finalizers == new.Finalizers && old.OwnerReferences == new.OwnerReferences
+	return old.Spec.Equal(&renewed) && old.Finalizers == new.Finalizers && old.OwnerReferences == new.OwnerReferences
 }
 
 // rightfulRenewer reports whether the caller is a manager the rule would let
