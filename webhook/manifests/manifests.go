@@ -347,18 +347,25 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 // Such a renewal, harmless only if checked (leaseguard refuses it; stored,
 // it would keep the lease until that time), goes to the fail-closed
 // webhook, so that nothing a down or busy leaseguard lets through can lock
-// a lease. A renewTime-only write with no re-stamped entry (a second write
-// by the same manager within one second) goes there too, as does one among
-// more managedFields entries than are compared.
+// a lease. A write with no re-stamped entry (a second write by the same
+// manager within one second: Config Connector's managers share one field
+// manager) is judged by the latest stored entry, which is of this second;
+// one among more managedFields entries than are compared goes to the
+// fail-closed webhook.
 func renewTimeAhead(skew time.Duration) string {
 	mf := "object.metadata.?managedFields.orValue([])"
 	stamped := mf + ".filter(m, has(m.time) && !oldObject.metadata.?managedFields.orValue([]).exists(o, " +
 		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))" +
 		".map(m, timestamp(m.time))"
+	allowed := "duration(" + quote((skew+time.Second).String()) + ")"
+	// Nothing re-stamped (a second write by the same manager within one
+	// second): every entry is as stored, and the latest is this second.
+	latest := mf + ".filter(m, has(m.time)).map(m, timestamp(m.time)).max()"
 	return and("request.operation == 'UPDATE'", spec("object", "renewTime")+".hasValue()",
 		spec("object", "renewTime")+" != "+spec("oldObject", "renewTime"),
-		or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields), stamped+".size() == 0",
-			"timestamp(object.spec.renewTime) > "+stamped+".min() + duration("+quote((skew+time.Second).String())+")"))
+		or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields),
+			ternary(stamped+".size() > 0", "timestamp(object.spec.renewTime) > "+stamped+".min() + "+allowed,
+				and(mf+".exists(m, has(m.time))", "timestamp(object.spec.renewTime) > "+latest+" + "+allowed))))
 }
 
 // rightfulRenewers renders "the caller is the rightful renewer of the stored
