@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,10 +57,13 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 			Spec: policy.Spec{Holder: holder, RenewTime: time.Now(), LeaseDuration: 15 * time.Second}}, 0))
 		return body
 	}
-	// The policies take effect shortly after they are created.
+	// The policies take effect shortly after they are created. The probe is
+	// a dry run: on a slow machine it lands before they do, and a real
+	// create would then be stored and turn the designated manager's create
+	// into a 409.
 	var out *outcome
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if out, err = e.do(ctx, stranger, http.MethodPost, objectPath(policy.MultiClusterLeases, testfixtures.KCCNamespace, "", ""), mcl("x"), nil); err != nil {
+		if out, err = e.do(ctx, stranger, http.MethodPost, objectPath(policy.MultiClusterLeases, testfixtures.KCCNamespace, "", ""), mcl("x"), url.Values{"dryRun": {"All"}}); err != nil {
 			t.Fatal(err)
 		}
 		if out.Code == http.StatusForbidden {
