@@ -51,7 +51,7 @@ func TestSummarizeCountsWhatTheDesignPromisesAgainst(t *testing.T) {
 		r.wrongAdmissions != 1 || r.wrongIdentity != 1 || r.leadershipsLost != 1 {
 		t.Fatalf("summary: %+v", r)
 	}
-	if report := renderReport([]result{r}); !strings.Contains(report, "| f | 1 s | 3 | 1 | 1 | 2 + 2 | 2 | 0 / 0 |") {
+	if report := renderReport([]result{r}); !strings.Contains(report, "| f | 1 s | 5 (2) | 2 | 1 | 2 | 1 | 0 / 0 |") {
 		t.Fatalf("report:\n%s", report)
 	}
 }
