@@ -29,9 +29,8 @@ const (
 // Validator is the validating webhook: it enforces docs/design.md §4 on
 // every guarded write.
 type Validator struct {
-	// OnlyRenewals marks the handler of RenewalsPath: it decides every
-	// write too, but counts what the fail-closed webhook also decides
-	// (policy.FailClosed) only when it refuses it.
+	// OnlyRenewals marks the handler of RenewalsPath, the fail-open
+	// webhook's (for its metrics label); it decides as the other does.
 	OnlyRenewals bool
 	Policies     PolicySource
 	Metrics      *metrics.Recorder
@@ -60,18 +59,13 @@ func (v *Validator) refusesUnreadable() bool { return true }
 func (v *Validator) decide(r *Review) Answer {
 	start := time.Now()
 	req := r.Request
-	p := v.Policies.Policy()
-	d := policy.Decide(p, req)
 	// Every handler decides every write it receives against the policy it
 	// holds, never "allowed because the other webhook decides": after a
 	// policy reload the API server may still route by the match
 	// conditions rendered from the old one, so a write the fail-closed
-	// webhook should now take can reach only this one. What the
-	// fail-closed webhook also decides is counted (and warned about)
-	// there, unless refused here.
-	if v.OnlyRenewals && d.Verdict != policy.Deny && policy.FailClosed(p, req) {
-		return Answer{Allowed: true}
-	}
+	// webhook should now take can reach only this one. (The rendered
+	// conditions send each write to one webhook only.)
+	d := policy.Decide(v.Policies.Policy(), req)
 	v.Metrics.Decision(req.Resource, &d, time.Since(start))
 	v.LeaseStats.ObserveRequest(req, d.Verdict) // per-lease top-K for /debug/leases
 	if d.Verdict != policy.Allow {

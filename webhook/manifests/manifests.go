@@ -319,21 +319,24 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 			admissionregistrationv1.MatchCondition{Name: "selected-and-changed", Expression: and(selected, not(noop()))})}
 		return cfg
 	}
+	// Identity changes (creates, deletes, status, holder, lease fields,
+	// designation, finalizers, owner references), any write by someone
+	// other than the rule's rightful renewer, and any renewal ahead of the
+	// server clock are never admitted without leaseguard (policy.FailClosed).
+	closed := or(identityChange(resources), not(g.rightfulRenewers()), renewTimeAhead(g.skew))
 	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
-		// Identity changes (creates, deletes, status, holder, lease fields,
-		// designation, finalizers, owner references), and any write by
-		// someone other than the rule's rightful renewer, are never
-		// admitted without leaseguard (policy.FailClosed).
 		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
-			Name: "selected-fail-closed", Expression: and(selected, or(identityChange(resources), not(g.rightfulRenewers()), renewTimeAhead(g.skew))),
+			Name: "selected-fail-closed", Expression: and(selected, closed),
 		}),
 		// Every other UPDATE that changes something (the holders' renewals,
 		// free metadata) keeps flowing while leaseguard is down, so no
-		// leadership is lost to an outage. It also receives the identity
-		// changes that are UPDATEs; that handler leaves them to the one
-		// above.
+		// leadership is lost to an outage. Each write goes to exactly one
+		// of the two, so that it is decided and counted once and its
+		// refusal always names the same webhook; a handler still decides
+		// whatever it receives (after a policy change, before the
+		// configuration follows, the routing may be the old policy's).
 		entry(RenewalsWebhook, admission.RenewalsPath, &ignore, updates, false, admissionregistrationv1.MatchCondition{
-			Name: "selected-and-changed", Expression: and(selected, not(noopFirstRenewTime())),
+			Name: "selected-and-changed", Expression: and(selected, not(noopFirstRenewTime()), not(closed)),
 		}),
 	}
 	return cfg
