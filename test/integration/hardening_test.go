@@ -616,12 +616,18 @@ func TestManagedFieldsDatedAheadAreRefusedAndNeverBrickALease(t *testing.T) {
 
 	// An operator may (leaseguard does not judge operators); the holder's
 	// renewal after the interval is then still admitted.
-	bricked, err := admin.CoordinationV1().Leases(hardNS).Update(ctx, forge(stored), metav1.UpdateOptions{})
+	// (Under a field manager of its own: the API server re-dates the
+	// entry of the manager that writes.)
+	bricked, err := admin.CoordinationV1().Leases(hardNS).Update(ctx, forge(stored), metav1.UpdateOptions{FieldManager: "operator-tool"})
 	if err != nil {
 		t.Fatalf("the operator's write: %v", err)
 	}
-	if got := bricked.ManagedFields[0].Time; got == nil || got.Before(&metav1.Time{Time: time.Now().Add(time.Hour)}) {
-		t.Fatalf("the API server did not keep the forged time (%v): the test no longer reproduces the attack", got)
+	kept := false
+	for _, m := range bricked.ManagedFields {
+		kept = kept || (m.Manager != "operator-tool" && m.Time != nil && m.Time.After(time.Now().Add(time.Hour)))
+	}
+	if !kept {
+		t.Fatalf("the API server did not keep the forged time (%+v): the test no longer reproduces the attack", bricked.ManagedFields)
 	}
 	time.Sleep(6 * time.Second) // hard-leases: minRenewInterval 5s
 	renewal := bricked.DeepCopy()
