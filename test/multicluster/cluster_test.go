@@ -11,7 +11,6 @@ import (
 	"cloud.google.com/go/storage"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,7 @@ import (
 	"github.com/leaseguard/leaseguard/test/multicluster/gcslock"
 	"github.com/leaseguard/leaseguard/test/multicluster/kccmanager"
 	"github.com/leaseguard/leaseguard/test/multicluster/mclcontroller"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 const (
@@ -36,33 +36,23 @@ const (
 	// The Config Connector operator, an operator of the policy: the suite
 	// cleans up as it.
 	operatorUser = "system:serviceaccount:configconnector-operator-system:configconnector-operator"
-	// Names of leaseguard's webhook configurations.
-	validatingWebhooks = "leaseguard-validating-webhook-configuration"
-	mutatingWebhooks   = "leaseguard-mutating-webhook-configuration"
+	// Prefix of leaseguard's admission configuration (webhook
+	// configurations and the coalescing MutatingAdmissionPolicy).
+	admissionPrefix = "leaseguard"
 )
 
-// Timings of the shared MultiClusterLease the managers declare, and of
-// leaseguard's clockSkew in testdata/policy.yaml.
-var (
-	mclTimings = kccmanager.Timings{LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: 2 * time.Second}
-	pollPeriod = time.Second
-	clockSkew  = time.Second
-)
+// clockSkew is leaseguard's clockSkew in testdata/policy.yaml.
+const clockSkew = time.Second
 
 // cluster is one of the two clusters: a control plane with leaseguard in
 // front of its lease writes and a MultiClusterLease controller.
 type cluster struct {
-	name     string // "a"
-	identity string // the candidate identity its managers write: "cluster-a"
-	cp       *controlplane.ControlPlane
-	guard    *controlplane.Leaseguard
-	admin    kubernetes.Interface
-	dyn      dynamic.Interface
-	// webhooks are the configurations installed with leaseguard, kept to
-	// restore them after a run without leaseguard.
-	validating *admissionregistrationv1.ValidatingWebhookConfiguration
-	mutating   *admissionregistrationv1.MutatingWebhookConfiguration
-
+	name           string // "a"
+	identity       string // the candidate identity its managers write: "cluster-a"
+	cp             *controlplane.ControlPlane
+	guard          *controlplane.Leaseguard
+	admin          kubernetes.Interface
+	dyn            dynamic.Interface
 	stopController context.CancelFunc
 	controllerDone chan error
 	storage        *storage.Client
@@ -123,22 +113,13 @@ func startCluster(name string, webhookPort int, policyPath string) (*cluster, er
 	return c, err
 }
 
-// installLeaseguard puts leaseguard in front of the cluster's lease writes:
-// `leaseguard serve` with the suite's policy, and the webhook configurations
-// generated from that policy (controlplane.Start installed them, pointed at
-// this cluster's webhook port), kept to be removed and restored.
+// installLeaseguard starts `leaseguard serve` with the suite's policy for
+// the cluster. controlplane.Start installed the admission configuration
+// `leaseguard manifests` renders for that policy with its defaults:
+// coalescing in the API server, i.e. the validating and mutating webhook
+// configurations and the MutatingAdmissionPolicy with its binding.
 func installLeaseguard(c *cluster, binary, policyPath string) error {
-	ctx := context.Background()
-	api := c.admin.AdmissionregistrationV1()
-	v, err := api.ValidatingWebhookConfigurations().Get(ctx, validatingWebhooks, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("cluster %s: %w", c.name, err)
-	}
-	m, err := api.MutatingWebhookConfigurations().Get(ctx, mutatingWebhooks, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("cluster %s: %w", c.name, err)
-	}
-	c.validating, c.mutating = v, m
+	var err error
 	c.guard, err = c.cp.StartLeaseguard(binary, policyPath)
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", c.name, err)
@@ -146,29 +127,39 @@ func installLeaseguard(c *cluster, binary, policyPath string) error {
 	return nil
 }
 
-// setLeaseguard removes the webhook configurations (off: the API server
-// calls no webhook, every lease write goes through unchecked) or restores
-// them (on). `leaseguard serve` keeps running either way.
-func (c *cluster) setLeaseguard(ctx context.Context, on bool) error {
-	api := c.admin.AdmissionregistrationV1()
-	if !on {
-		if err := api.ValidatingWebhookConfigurations().Delete(ctx, validatingWebhooks, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-		if err := api.MutatingWebhookConfigurations().Delete(ctx, mutatingWebhooks, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-		return nil
+// admission is what stands in front of a cluster's lease writes in a run.
+type admission string
+
+const (
+	// shipped: the configuration `leaseguard manifests` renders by default
+	// (coalescing by MutatingAdmissionPolicy).
+	admissionShipped admission = "leaseguard as shipped (coalescing by MutatingAdmissionPolicy)"
+	// webhookCoalescing: rendered with --coalesce webhook.
+	admissionWebhookCoalescing admission = "leaseguard --coalesce webhook"
+	// none: every webhook configuration and the policy deleted; `leaseguard
+	// serve` keeps running unasked.
+	admissionNone admission = "without leaseguard (baseline)"
+)
+
+func (a admission) guarded() bool { return a != admissionNone }
+
+// setAdmission installs (replacing what is there) or removes leaseguard's
+// admission configuration, rendered from the suite's policy as `leaseguard
+// manifests` renders it, then gives the API server time to load it.
+func (c *cluster) setAdmission(ctx context.Context, a admission) error {
+	var err error
+	switch a {
+	case admissionNone:
+		err = c.cp.RemoveAdmission(ctx, admissionPrefix)
+	case admissionShipped:
+		err = c.cp.InstallAdmission(ctx, env.policyPath, manifests.Options{Coalescing: manifests.CoalesceInAPIServer})
+	case admissionWebhookCoalescing:
+		err = c.cp.InstallAdmission(ctx, env.policyPath, manifests.Options{Coalescing: manifests.CoalesceInWebhook})
+	default:
+		err = fmt.Errorf("unknown admission %q", a)
 	}
-	v := c.validating.DeepCopy()
-	v.ObjectMeta = metav1.ObjectMeta{Name: v.Name, Labels: v.Labels, Annotations: v.Annotations}
-	if _, err := api.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	m := c.mutating.DeepCopy()
-	m.ObjectMeta = metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, Annotations: m.Annotations}
-	if _, err := api.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+	if err != nil {
+		return fmt.Errorf("cluster %s: %s: %w", c.name, a, err)
 	}
 	return nil
 }
@@ -182,8 +173,12 @@ func (c *cluster) startController() error {
 		cancel()
 		return err
 	}
+	cfg := c.as(controllerUser)
+	// Like the managers: the field manager is "manager" (the reference
+	// controller's binary is also named manager).
+	cfg.UserAgent = kccmanager.UserAgent
 	ctrl, err := mclcontroller.New(mclcontroller.Options{
-		Config:  c.as(controllerUser),
+		Config:  cfg,
 		Storage: client,
 		Bucket:  bucket,
 		Name:    "multiclusterlease-" + c.name,
@@ -233,13 +228,11 @@ type fleet struct {
 
 func managerConfig(c *cluster, team string) kccmanager.Config {
 	return kccmanager.Config{
-		Cluster:         c.identity,
+		Identity:        c.identity,
 		Namespace:       team,
 		SystemNamespace: systemNS,
 		LeaseName:       mclName,
 		Base:            c.cp.Config,
-		MCL:             mclTimings,
-		PollPeriod:      pollPeriod,
 		Log:             GinkgoLogr.WithName(c.identity),
 	}
 }
@@ -294,7 +287,7 @@ func (f *fleet) byUser(c *cluster, user string) *kccmanager.Manager {
 
 // stop kills every manager and removes what they and the controllers wrote:
 // the MultiClusterLeases (as the operator, through the controller's
-// finalizer), the bound Leases and the global lock.
+// finalizer) and the global lock (the controller never deletes it).
 func (f *fleet) stop(ctx context.Context) {
 	for _, c := range env.clusters {
 		for _, m := range f.live(c) {
@@ -310,14 +303,6 @@ func (f *fleet) stop(ctx context.Context) {
 			_, err := ops.Get(ctx, mclName, metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		}).WithTimeout(30*time.Second).Should(BeTrue(), "cluster %s: the controller removes its finalizer from a deleted MultiClusterLease", c)
-		leases, err := kubernetes.NewForConfig(c.as(operatorUser))
-		Expect(err).NotTo(HaveOccurred())
-		for _, team := range f.teams {
-			err := leases.CoordinationV1().Leases(systemNS).Delete(ctx, "kcc-leader-"+team, metav1.DeleteOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				Expect(err).NotTo(HaveOccurred())
-			}
-		}
 	}
 	err := env.admin.Bucket(bucket).Object(gcslock.ObjectName(systemNS + "/" + mclName)).Delete(ctx)
 	if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {

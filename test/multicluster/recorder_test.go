@@ -9,7 +9,6 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
@@ -17,24 +16,25 @@ import (
 	"github.com/leaseguard/leaseguard/test/multicluster/kccmanager"
 )
 
-var leasesGVR = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
-
-// write is one write that reached storage, as a watch saw it.
+// write is one write to the MultiClusterLease that reached storage, as a
+// watch saw it.
 type write struct {
-	at       time.Time
-	resource string // mclv1alpha1.Resource or "leases"
-	name     string
-	version  string
-	// For the MultiClusterLease: whether the write changed the spec (the
-	// generation went up: a candidate's write) and the designated manager
-	// the stored object names.
-	spec       bool
+	at         time.Time
+	version    string
+	generation int64
+	// spec: the write changed the spec (the generation went up: a
+	// candidate's write), not the status or the metadata.
+	spec bool
+	// designated is the manager the stored object names; renewTime is the
+	// stored spec.renewTime as written, by which the writer is found.
 	designated string
-	renewTime  time.Time
+	renewTime  string
+	// managers are the field managers of the stored object.
+	managers []string
 }
 
-// recorder keeps every stored write to the leases of one cluster's lease
-// namespace, from watches started before the managers.
+// recorder keeps every stored write to one cluster's MultiClusterLeases,
+// from a watch started before the managers.
 type recorder struct {
 	mu     sync.Mutex
 	writes []write
@@ -47,23 +47,21 @@ type recorder struct {
 func startRecorder(c *cluster) *recorder {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &recorder{cancel: cancel}
-	for _, gvr := range []schema.GroupVersionResource{mclv1alpha1.GroupVersionResource, leasesGVR} {
-		client := c.dyn.Resource(gvr).Namespace(systemNS)
-		list, err := client.List(ctx, metav1.ListOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		r.done.Add(1)
-		go func() {
-			defer r.done.Done()
-			defer GinkgoRecover()
-			r.watch(ctx, client, gvr, list)
-		}()
-	}
+	client := c.dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(systemNS)
+	list, err := client.List(ctx, metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	r.done.Add(1)
+	go func() {
+		defer r.done.Done()
+		defer GinkgoRecover()
+		r.watch(ctx, client, list)
+	}()
 	return r
 }
 
-// watch follows gvr from list on, resuming after the API server closes the
-// stream.
-func (r *recorder) watch(ctx context.Context, client dynamic.ResourceInterface, gvr schema.GroupVersionResource, list *unstructured.UnstructuredList) {
+// watch follows the MultiClusterLeases from list on, resuming after the API
+// server closes the stream.
+func (r *recorder) watch(ctx context.Context, client dynamic.ResourceInterface, list *unstructured.UnstructuredList) {
 	version := list.GetResourceVersion()
 	generations := map[string]int64{}
 	for _, item := range list.Items {
@@ -82,19 +80,21 @@ func (r *recorder) watch(ctx context.Context, client dynamic.ResourceInterface, 
 			}
 			version = u.GetResourceVersion()
 			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				if ev.Type == watch.Deleted {
+					delete(generations, u.GetName())
+				}
 				continue
 			}
-			wr := write{at: time.Now(), resource: gvr.Resource, name: u.GetName(), version: version}
-			if gvr == mclv1alpha1.GroupVersionResource {
-				// A deletion (the deletionTimestamp bumps the generation
-				// too) is no candidate's write.
-				wr.spec = u.GetDeletionTimestamp() == nil && (ev.Type == watch.Added || u.GetGeneration() > generations[u.GetName()])
-				wr.designated = u.GetAnnotations()[kccmanager.DesignationAnnotation]
-				if s, ok, _ := unstructured.NestedString(u.Object, "spec", "renewTime"); ok {
-					wr.renewTime, _ = time.Parse(time.RFC3339Nano, s)
-				}
-				generations[u.GetName()] = u.GetGeneration()
+			wr := write{at: time.Now(), version: version, generation: u.GetGeneration()}
+			// A deletion (the deletionTimestamp bumps the generation too) is
+			// no candidate's write.
+			wr.spec = u.GetDeletionTimestamp() == nil && u.GetGeneration() > generations[u.GetName()]
+			wr.designated = u.GetAnnotations()[kccmanager.DesignationAnnotation]
+			wr.renewTime, _, _ = unstructured.NestedString(u.Object, "spec", "renewTime")
+			for _, mf := range u.GetManagedFields() {
+				wr.managers = append(wr.managers, mf.Manager)
 			}
+			generations[u.GetName()] = u.GetGeneration()
 			r.mu.Lock()
 			r.writes = append(r.writes, wr)
 			r.mu.Unlock()
@@ -108,37 +108,26 @@ func (r *recorder) stop() {
 	r.done.Wait()
 }
 
-// between returns the writes stored in [from, to).
-func (r *recorder) between(from, to time.Time) []write {
+// specWrites returns the spec writes stored in [from, to).
+func (r *recorder) specWrites(from, to time.Time) []write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []write
 	for _, w := range r.writes {
-		if !w.at.Before(from) && w.at.Before(to) {
+		if w.spec && !w.at.Before(from) && w.at.Before(to) {
 			out = append(out, w)
 		}
 	}
 	return out
 }
 
-// writeCounts are the stored writes of a window, by kind.
-type writeCounts struct {
-	mclSpec, mclOther, leases int
-}
-
-func (w writeCounts) total() int { return w.mclSpec + w.mclOther + w.leases }
-
-func countWrites(ws []write) writeCounts {
-	var c writeCounts
-	for _, w := range ws {
-		switch {
-		case w.resource == leasesGVR.Resource:
-			c.leases++
-		case w.spec:
-			c.mclSpec++
-		default:
-			c.mclOther++
+// writerOf returns the manager (any incarnation) that sent w's stored
+// spec.renewTime, or nil.
+func writerOf(f *fleet, c *cluster, w write) *kccmanager.Manager {
+	for _, m := range f.all(c) {
+		if m.Sent(w.renewTime) {
+			return m
 		}
 	}
-	return c
+	return nil
 }

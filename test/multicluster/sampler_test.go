@@ -14,16 +14,13 @@ const sampleEvery = 200 * time.Millisecond
 
 // clusterSample is one cluster at one instant.
 type clusterSample struct {
-	live, reconciling int
-	// views are the global holders the live managers last read.
-	views []string
-	// oldestRenewal is the age of the oldest global renewal a reconciling
-	// manager goes by: how close it came to standing down.
-	oldestRenewal time.Duration
+	// live managers (not exited) and, of them, those leading (and so
+	// reconciling).
+	live, leading int
 }
 
-// active: the cluster has managers and every one of them reconciles.
-func (s clusterSample) active() bool { return s.live > 0 && s.reconciling == s.live }
+// active: the cluster has managers and every one of them leads.
+func (s clusterSample) active() bool { return s.live > 0 && s.leading == s.live }
 
 // sample is both clusters and the global lock at one instant.
 type sample struct {
@@ -34,15 +31,31 @@ type sample struct {
 	lockRead bool
 }
 
-// reconcilingClusters counts the clusters with any manager reconciling.
-func (s sample) reconcilingClusters() int {
+// leadingClusters counts the clusters with any manager leading.
+func (s sample) leadingClusters() int {
 	n := 0
 	for _, c := range s.clusters {
-		if c.reconciling > 0 {
+		if c.leading > 0 {
 			n++
 		}
 	}
 	return n
+}
+
+// activeIndex is the index of the one active cluster while the other has
+// no manager leading, or -1.
+func (s sample) activeIndex() int {
+	found := -1
+	for i, c := range s.clusters {
+		switch {
+		case c.leading == 0:
+		case c.active() && found < 0:
+			found = i
+		default:
+			return -1
+		}
+	}
+	return found
 }
 
 // sampler records both clusters every sampleEvery, from the managers' own
@@ -84,12 +97,9 @@ func (s *sampler) take(ctx context.Context) {
 		var cs clusterSample
 		for _, m := range s.f.live(c) {
 			cs.live++
-			view := m.View()
-			if m.Reconciling() {
-				cs.reconciling++
-				cs.oldestRenewal = max(cs.oldestRenewal, smp.at.Sub(view.GlobalRenewTime))
+			if m.Leading() {
+				cs.leading++
 			}
-			cs.views = append(cs.views, view.GlobalHolder)
 		}
 		smp.clusters = append(smp.clusters, cs)
 	}
@@ -129,28 +139,23 @@ func (s *sampler) of(phase string) []sample {
 
 // phaseCounts are how the samples of a phase split.
 type phaseCounts struct {
-	phase                               string
-	samples, oneActive, none, twoActive int
-	oldestRenewal                       time.Duration
+	phase                           string
+	samples, oneActive, none, mixed int
+	twoLeading                      int
 }
 
 func countPhase(phase string, samples []sample) phaseCounts {
 	pc := phaseCounts{phase: phase, samples: len(samples)}
 	for _, smp := range samples {
-		for _, c := range smp.clusters {
-			pc.oldestRenewal = max(pc.oldestRenewal, c.oldestRenewal)
-		}
-		switch smp.reconcilingClusters() {
-		case 0:
+		switch {
+		case smp.leadingClusters() > 1:
+			pc.twoLeading++
+		case smp.activeIndex() >= 0:
+			pc.oneActive++
+		case smp.leadingClusters() == 0:
 			pc.none++
-		case 1:
-			for _, c := range smp.clusters {
-				if c.active() {
-					pc.oneActive++
-				}
-			}
 		default:
-			pc.twoActive++
+			pc.mixed++ // one cluster with some managers leading, not all
 		}
 	}
 	return pc
@@ -159,20 +164,18 @@ func countPhase(phase string, samples []sample) phaseCounts {
 // report prints how every phase's samples split.
 func (s *sampler) report(phases []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-12s %8s %18s %12s %16s %22s\n", "phase", "samples", "one cluster active", "none active", "two reconciling", "oldest global renewal")
+	fmt.Fprintf(&b, "%-16s %8s %11s %12s %16s %14s\n", "phase", "samples", "one active", "none leading", "partly leading", "two leading")
 	total := phaseCounts{phase: "all"}
 	for _, p := range phases {
 		pc := countPhase(p, s.of(p))
-		fmt.Fprintf(&b, "%-12s %8d %18d %12d %16d %22s\n", pc.phase, pc.samples, pc.oneActive, pc.none, pc.twoActive, pc.oldestRenewal.Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-16s %8d %11d %12d %16d %14d\n", pc.phase, pc.samples, pc.oneActive, pc.none, pc.mixed, pc.twoLeading)
 		total.samples += pc.samples
 		total.oneActive += pc.oneActive
 		total.none += pc.none
-		total.twoActive += pc.twoActive
-		total.oldestRenewal = max(total.oldestRenewal, pc.oldestRenewal)
+		total.mixed += pc.mixed
+		total.twoLeading += pc.twoLeading
 	}
-	fmt.Fprintf(&b, "%-12s %8d %18d %12d %16d %22s\n", total.phase, total.samples, total.oneActive, total.none, total.twoActive, total.oldestRenewal.Round(time.Millisecond))
-	fmt.Fprintf(&b, "(a manager reconciles while its cluster's last global renewal is younger than %s; another cluster can take the lock once it is %s old)\n",
-		mclTimings.RenewDeadline, mclTimings.LeaseDuration)
+	fmt.Fprintf(&b, "%-16s %8d %11d %12d %16d %14d\n", total.phase, total.samples, total.oneActive, total.none, total.mixed, total.twoLeading)
 	return b.String()
 }
 
@@ -180,7 +183,7 @@ func (s *sampler) report(phases []string) string {
 func (smp sample) describe() string {
 	var parts []string
 	for i, c := range smp.clusters {
-		parts = append(parts, fmt.Sprintf("%s: %d/%d reconciling, views %v", env.clusters[i], c.reconciling, c.live, c.views))
+		parts = append(parts, fmt.Sprintf("%s: %d/%d leading", env.clusters[i], c.leading, c.live))
 	}
 	lock := "unread"
 	if smp.lockRead {

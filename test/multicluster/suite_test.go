@@ -30,13 +30,7 @@ import (
 
 func TestMultiCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
-	// The measurement (label "measure") runs only when a label filter asks
-	// for it: `make measure-multicluster`.
-	suiteConfig, reporterConfig := GinkgoConfiguration()
-	if suiteConfig.LabelFilter == "" {
-		suiteConfig.LabelFilter = "!measure"
-	}
-	RunSpecs(t, "leaseguard multi-cluster", suiteConfig, reporterConfig)
+	RunSpecs(t, "leaseguard multi-cluster")
 }
 
 // env is what every spec runs against.
@@ -89,6 +83,13 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 }, NodeTimeout(5*time.Minute))
 
 var _ = AfterSuite(func() {
+	if table := summary(); len(order) > 0 {
+		GinkgoWriter.Print("\nsummary of the runs\n" + table)
+		AddReportEntry("summary of the runs", table)
+		if path := os.Getenv("MULTICLUSTER_REPORT"); path != "" {
+			_ = os.WriteFile(path, []byte(table), 0o644)
+		}
+	}
 	for _, c := range env.clusters {
 		if c != nil {
 			c.stop()

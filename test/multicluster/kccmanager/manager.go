@@ -1,49 +1,46 @@
-// Package kccmanager plays one Config Connector controller manager in
-// namespace mode, as far as leases go:
+// Package kccmanager re-implements, as far as leader election goes, one
+// Config Connector controller manager in namespace mode with
+// --leader-election-type=multicluster (docs/multicluster.md cites the
+// upstream code this follows):
 //
-//   - it holds its own per-namespace Lease (cnrm-system/kcc-leader-<ns>) with
-//     client-go leader election (15s/10s/2s, the defaults of
-//     controller-runtime and so of Config Connector), as the pod
-//     cnrm-controller-manager-<ns>-0 of the ServiceAccount
-//     cnrm-controller-manager-<ns>;
-//   - it is a candidate of the cluster's multi-cluster election: every retry
-//     period it merge-patches the shared MultiClusterLease's holderIdentity
-//     (the cluster's identity, the same for every manager of the cluster),
-//     renewTime, leaseDurationSeconds and retryPeriodSeconds, creating the
-//     object when it is missing, and it takes a refusal (403, or 429 once
-//     client-go's own Retry-After retries are spent) as "not this time";
-//   - it reads the MultiClusterLease's status every poll period and
-//     "reconciles" (counts) only while it leads its namespace Lease and the
-//     status names its cluster as the global holder with a globalRenewTime
-//     younger than the renew deadline, so it stands down before another
-//     cluster can take the global lock (which needs the lock to be a lease
-//     duration old).
+//   - its lock is the cluster's one MultiClusterLease (MCLLock), with one
+//     candidate identity shared by every manager of the cluster (the
+//     ConfigConnector's clusterCandidateIdentity: no pod name, no UUID);
+//   - it runs client-go's LeaderElector with Config Connector's timings
+//     (lease 15s, renew deadline 10s, retry 2s; ReleaseOnCancel false) and a
+//     lock retry period of 15s (spec.retryPeriodSeconds);
+//   - OnStartedLeading reads the MultiClusterLease without a cache and exits
+//     (klog.Fatalf upstream) unless status.globalHolderIdentity is its
+//     identity; otherwise it starts reconciling (a counter ticking while it
+//     leads);
+//   - OnStoppedLeading exits (klog.FlushAndExit upstream).
 //
-// Kill stops it the way a crash does: nothing is released.
+// In multicluster mode Config Connector elects only through the
+// MultiClusterLease: controller-runtime's own leader election (a
+// coordination Lease per manager) must be off (kccmanager.New refuses
+// both), so this manager holds no Lease.
+//
+// An exited manager stays dead, as a process that exited does until its
+// StatefulSet restarts it; the test restarts it by starting a new Manager.
+// Every request carries the user agent "manager/<version>": Config
+// Connector's binary is /configconnector/manager and sets no user agent, so
+// client-go's default makes the API server's field manager "manager"
+// (inferred, not set in upstream code).
 package kccmanager
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/google/uuid"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 )
@@ -51,31 +48,32 @@ import (
 // DesignationAnnotation is where leaseguard records the designated manager.
 const DesignationAnnotation = "leaseguard.io/designated-manager"
 
-// Timings of the shared MultiClusterLease, written into its spec.
-type Timings struct {
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
-}
+// Config Connector's timings (pkg/controller/kccmanager/kccmanager.go).
+const (
+	LeaseDuration   = 15 * time.Second
+	RenewDeadline   = 10 * time.Second
+	RetryPeriod     = 2 * time.Second
+	LockRetryPeriod = 15 * time.Second
+)
+
+// UserAgent is what client-go's default user agent starts with for a binary
+// named "manager".
+const UserAgent = "manager/v0.0.0 (linux/amd64) kubernetes/leaseguard-test"
 
 // Config describes one manager.
 type Config struct {
-	// Cluster is the cluster's candidate identity.
-	Cluster string
+	// Identity is the cluster's candidate identity ("cluster-a").
+	Identity string
 	// Namespace is the namespace the manager reconciles.
 	Namespace string
-	// SystemNamespace holds the leases (cnrm-system).
+	// SystemNamespace holds the MultiClusterLease (cnrm-system).
 	SystemNamespace string
-	// LeaseName names the shared MultiClusterLease.
+	// LeaseName names the MultiClusterLease.
 	LeaseName string
 	// Base is an admin config of the cluster; the manager impersonates its
 	// ServiceAccount with the pod-name extra of a bound token.
 	Base *rest.Config
-	// MCL are the timings of the shared lease; PollPeriod is how often the
-	// manager reads its status.
-	MCL        Timings
-	PollPeriod time.Duration
-	Log        logr.Logger
+	Log  logr.Logger
 }
 
 // Username is the manager's ServiceAccount user.
@@ -86,230 +84,220 @@ func (c Config) Username() string {
 // Pod is the manager's pod (StatefulSet replica 0).
 func (c Config) Pod() string { return "cnrm-controller-manager-" + c.Namespace + "-0" }
 
-// BoundLease names the manager's own Lease.
-func (c Config) BoundLease() string { return "kcc-leader-" + c.Namespace }
-
-// View is the manager's last reading of the shared lease's status.
-type View struct {
-	GlobalHolder    string
-	GlobalRenewTime time.Time
-	Designated      string
-	ObservedAt      time.Time
+// Exit is why a manager stopped.
+type Exit struct {
+	At     time.Time
+	Reason string
+	// Killed is true when the test stopped it (a crash it caused), false
+	// when the manager exited on its own.
+	Killed bool
 }
 
 // Stats are what the manager sent and what came of it.
 type Stats struct {
-	// MCLWrites and LeaseWrites count every write request sent (each attempt
-	// of client-go's retries) by HTTP status code.
-	MCLWrites   map[int]int64
-	LeaseWrites map[int]int64
-	// AdmittedMCLVersions are the resourceVersions the API server returned
-	// for the manager's admitted MultiClusterLease writes.
-	AdmittedMCLVersions []string
-	Reconciles          int64
+	// Writes counts every write request sent (each attempt of client-go's
+	// retries) by HTTP status code.
+	Writes map[int]int64
+	// LockWrites counts lock Updates and Creates that the controller
+	// confirmed.
+	LockWrites int64
+	// Gained and Lost count OnStartedLeading calls and losses of a
+	// leadership that had started reconciling.
+	Gained, Lost int64
+	Reconciles   int64
+	// ReadErrors counts typed reads of the MultiClusterLease that failed,
+	// by message.
+	ReadErrors map[string]int64
+	Exit       *Exit
 }
 
-// Manager is a running manager.
+// Manager is one incarnation of a manager.
 type Manager struct {
-	cfg      Config
-	identity string
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	cfg    Config
+	cancel context.CancelFunc
+	done   chan struct{}
+	mcls   dynamic.ResourceInterface
 
 	leading    atomic.Bool
-	alive      atomic.Bool
 	reconciles atomic.Int64
+	gained     atomic.Int64
+	lost       atomic.Int64
+	confirmed  atomic.Int64
 
 	mu       sync.Mutex
-	view     View
-	admitted []string
-	mclCodes map[int]int64
-	lCodes   map[int]int64
+	exit     *Exit
+	codes    map[int]int64
+	readErrs map[string]int64
+	sent     map[string]bool
 }
 
-// Start starts a manager; it runs until Kill.
+// Start starts a manager; it runs until it exits or Kill.
 func Start(cfg Config) (*Manager, error) {
-	m := &Manager{cfg: cfg, identity: cfg.Pod() + "_" + uuid.NewString(), mclCodes: map[int]int64{}, lCodes: map[int]int64{}}
+	m := &Manager{cfg: cfg, done: make(chan struct{}), codes: map[int]int64{}, readErrs: map[string]int64{}, sent: map[string]bool{}}
 	rc := rest.CopyConfig(cfg.Base)
 	rc.Impersonate = rest.ImpersonationConfig{
 		UserName: cfg.Username(),
 		Extra:    map[string][]string{"authentication.kubernetes.io/pod-name": {cfg.Pod()}},
 	}
-	rc.UserAgent = "kccmanager/" + cfg.Namespace
+	rc.UserAgent = UserAgent
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{m: m, next: rt} })
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
+	m.mcls = dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(cfg.SystemNamespace)
+	lock := NewMCLLock(m.mcls, cfg.SystemNamespace, cfg.LeaseName, cfg.Identity, LockRetryPeriod)
+	lock.onReadError = func(err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.readErrs[err.Error()]++
 	}
-	mcls := dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(cfg.SystemNamespace)
+	lock.onSend = func(renewTime string) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.sent[renewTime] = true
+	}
+	lock.onConfirmed = func() { m.confirmed.Add(1) }
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.SystemNamespace, Name: cfg.BoundLease()},
-			Client:     cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: m.identity},
-		},
-		LeaseDuration: 15 * time.Second,
-		RenewDeadline: 10 * time.Second,
-		RetryPeriod:   2 * time.Second,
-		Name:          cfg.BoundLease(),
+		Lock:            lock,
+		LeaseDuration:   LeaseDuration,
+		RenewDeadline:   RenewDeadline,
+		RetryPeriod:     RetryPeriod,
+		ReleaseOnCancel: false,
+		Name:            cfg.LeaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) { m.leading.Store(true) },
-			OnStoppedLeading: func() { m.leading.Store(false) },
+			OnStartedLeading: m.startedLeading,
+			OnStoppedLeading: func() { m.exitWith("OnStoppedLeading: leadership lost", false) },
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
-	m.alive.Store(true)
-	m.done.Add(4)
 	go func() {
-		defer m.done.Done()
-		// A manager that loses its lease stops leading and runs for it again.
-		for ctx.Err() == nil {
-			elector.Run(ctx)
-		}
-	}()
-	go func() {
-		defer m.done.Done()
-		wait.UntilWithContext(ctx, func(ctx context.Context) { m.heartbeat(ctx, mcls) }, cfg.MCL.RetryPeriod)
-	}()
-	go func() {
-		defer m.done.Done()
-		wait.UntilWithContext(ctx, func(ctx context.Context) { m.observe(ctx, mcls) }, cfg.PollPeriod)
-	}()
-	go func() {
-		defer m.done.Done()
-		wait.UntilWithContext(ctx, func(context.Context) {
-			if m.Reconciling() {
-				m.reconciles.Add(1)
-			}
-		}, 50*time.Millisecond)
+		defer close(m.done)
+		elector.Run(ctx)
 	}()
 	return m, nil
 }
 
-// Kill stops the manager without releasing anything, as a crash would, and
-// waits until it sends nothing more.
-func (m *Manager) Kill() {
-	m.alive.Store(false)
+// startedLeading is Config Connector's OnStartedLeading: an uncached read
+// of the MultiClusterLease, an exit unless its status names this cluster,
+// then the controllers run (here: reconcile ticks) until leadership ends.
+func (m *Manager) startedLeading(ctx context.Context) {
+	m.gained.Add(1)
+	u, err := m.mcls.Get(ctx, m.cfg.LeaseName, metav1.GetOptions{})
+	if err != nil {
+		m.exitWith("OnStartedLeading: reading the MultiClusterLease: "+err.Error(), false)
+		return
+	}
+	mcl, err := Decode(u)
+	if err != nil {
+		m.exitWith("OnStartedLeading: "+err.Error(), false)
+		return
+	}
+	if h := mcl.Status.GlobalHolderIdentity; h == nil || *h != m.cfg.Identity {
+		got := ""
+		if h != nil {
+			got = *h
+		}
+		m.exitWith(fmt.Sprintf("inconsistent state: started leading but MultiClusterLease status.globalHolderIdentity is %q (expected %q)", got, m.cfg.Identity), false)
+		return
+	}
+	m.leading.Store(true)
+	if !m.Alive() {
+		m.leading.Store(false)
+		return
+	}
+	m.cfg.Log.V(1).Info("leading: reconciling", "manager", m.String())
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if m.leading.Load() {
+				m.reconciles.Add(1)
+			}
+		}
+	}
+}
+
+// exitWith ends the incarnation: the first reason is kept.
+func (m *Manager) exitWith(reason string, killed bool) {
+	if m.leading.Swap(false) {
+		m.lost.Add(1)
+	}
+	m.mu.Lock()
+	first := m.exit == nil
+	if first {
+		m.exit = &Exit{At: time.Now(), Reason: reason, Killed: killed}
+	}
+	m.mu.Unlock()
+	if first && !killed {
+		m.cfg.Log.Info("manager exited", "manager", m.String(), "reason", reason)
+	}
 	m.cancel()
-	m.done.Wait()
-	m.leading.Store(false)
+}
+
+// Kill stops the manager as a crash does (nothing released) and waits until
+// it sends nothing more.
+func (m *Manager) Kill() {
+	m.exitWith("killed by the test", true)
+	<-m.done
 }
 
 // Config returns the manager's configuration.
 func (m *Manager) Config() Config { return m.cfg }
 
-// Alive reports whether the manager runs.
-func (m *Manager) Alive() bool { return m.alive.Load() }
-
-// Leading reports whether the manager holds its namespace Lease.
-func (m *Manager) Leading() bool { return m.leading.Load() }
-
-// View returns the manager's last reading of the shared lease.
-func (m *Manager) View() View {
+// Alive reports whether the manager has not exited.
+func (m *Manager) Alive() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.view
+	return m.exit == nil
 }
 
-// Reconciling reports whether the manager reconciles now: alive, leading its
-// namespace, and its cluster the global holder by a global renewal younger
-// than the renew deadline.
-func (m *Manager) Reconciling() bool {
-	if !m.alive.Load() || !m.leading.Load() {
-		return false
+// Exited returns why the manager stopped, or nil.
+func (m *Manager) Exited() *Exit {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.exit == nil {
+		return nil
 	}
-	v := m.View()
-	return v.GlobalHolder == m.cfg.Cluster && time.Since(v.GlobalRenewTime) < m.cfg.MCL.RenewDeadline
+	e := *m.exit
+	return &e
 }
 
-// Reconciles is the number of reconcile ticks so far (one per 50ms of
-// reconciling).
-func (m *Manager) Reconciles() int64 { return m.reconciles.Load() }
+// Leading reports whether the manager leads and reconciles now.
+func (m *Manager) Leading() bool { return m.leading.Load() }
+
+// Sent reports whether renewTime (RFC 3339 with microseconds, UTC) is one
+// this manager wrote into a request.
+func (m *Manager) Sent(renewTime string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sent[renewTime]
+}
 
 // Stats returns a copy of the manager's counters.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Stats{MCLWrites: map[int]int64{}, LeaseWrites: map[int]int64{}, Reconciles: m.reconciles.Load()}
-	for k, v := range m.mclCodes {
-		s.MCLWrites[k] = v
+	s := Stats{Writes: map[int]int64{}, ReadErrors: map[string]int64{}, LockWrites: m.confirmed.Load(),
+		Gained: m.gained.Load(), Lost: m.lost.Load(), Reconciles: m.reconciles.Load()}
+	for k, v := range m.codes {
+		s.Writes[k] = v
 	}
-	for k, v := range m.lCodes {
-		s.LeaseWrites[k] = v
+	for k, v := range m.readErrs {
+		s.ReadErrors[k] = v
 	}
-	s.AdmittedMCLVersions = append([]string(nil), m.admitted...)
+	if m.exit != nil {
+		e := *m.exit
+		s.Exit = &e
+	}
 	return s
-}
-
-func micro(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00") }
-
-// heartbeat is the candidate's acquire/renew: a merge PATCH of the four spec
-// fields, or a CREATE when the object does not exist yet.
-func (m *Manager) heartbeat(ctx context.Context, mcls dynamic.ResourceInterface) {
-	spec := map[string]any{
-		"holderIdentity":       m.cfg.Cluster,
-		"renewTime":            micro(time.Now()),
-		"leaseDurationSeconds": int64(m.cfg.MCL.LeaseDuration / time.Second),
-		"retryPeriodSeconds":   int64(m.cfg.MCL.RetryPeriod / time.Second),
-	}
-	patch, err := json.Marshal(map[string]any{"spec": spec})
-	if err != nil {
-		panic(err) // a map of strings and integers always marshals
-	}
-	obj, err := mcls.Patch(ctx, m.cfg.LeaseName, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": mclv1alpha1.Group + "/" + mclv1alpha1.Version,
-			"kind":       mclv1alpha1.Kind,
-			"metadata":   map[string]any{"name": m.cfg.LeaseName, "namespace": m.cfg.SystemNamespace},
-			"spec":       spec,
-		}}
-		obj, err = mcls.Create(ctx, u, metav1.CreateOptions{})
-	}
-	switch {
-	case err == nil:
-		m.mu.Lock()
-		m.admitted = append(m.admitted, obj.GetResourceVersion())
-		m.mu.Unlock()
-		m.record(obj)
-	case apierrors.IsForbidden(err), apierrors.IsTooManyRequests(err), apierrors.IsAlreadyExists(err), ctx.Err() != nil:
-		// Another manager is designated, the renewal came too early, or
-		// another manager created the object first: next period.
-	default:
-		m.cfg.Log.Info("MultiClusterLease write failed", "manager", m.cfg.Username(), "error", err.Error())
-	}
-}
-
-// observe reads the shared lease's status, as a candidate confirming the
-// global holder does.
-func (m *Manager) observe(ctx context.Context, mcls dynamic.ResourceInterface) {
-	obj, err := mcls.Get(ctx, m.cfg.LeaseName, metav1.GetOptions{})
-	if err != nil {
-		return
-	}
-	m.record(obj)
-}
-
-func (m *Manager) record(obj *unstructured.Unstructured) {
-	holder, _, _ := unstructured.NestedString(obj.Object, "status", "globalHolderIdentity")
-	renewed := time.Time{}
-	if s, ok, _ := unstructured.NestedString(obj.Object, "status", "globalRenewTime"); ok {
-		if t, err := time.Parse(time.RFC3339, s); err == nil {
-			renewed = t
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.view = View{GlobalHolder: holder, GlobalRenewTime: renewed, Designated: obj.GetAnnotations()[DesignationAnnotation], ObservedAt: time.Now()}
 }
 
 // countingTransport counts the manager's write requests by status code.
@@ -325,14 +313,9 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	t.m.mu.Lock()
 	defer t.m.mu.Unlock()
-	switch {
-	case strings.Contains(req.URL.Path, "/"+mclv1alpha1.Resource):
-		t.m.mclCodes[resp.StatusCode]++
-	case strings.Contains(req.URL.Path, "/leases"):
-		t.m.lCodes[resp.StatusCode]++
-	}
+	t.m.codes[resp.StatusCode]++
 	return resp, nil
 }
 
 // String names the manager for messages.
-func (m *Manager) String() string { return fmt.Sprintf("%s/%s", m.cfg.Cluster, m.cfg.Namespace) }
+func (m *Manager) String() string { return fmt.Sprintf("%s/%s", m.cfg.Identity, m.cfg.Namespace) }

@@ -4,19 +4,26 @@
 // are the reference):
 //
 //   - it watches the cluster's MultiClusterLeases and reconciles one when its
-//     generation changes (a candidate's spec write) and again every
-//     spec.retryPeriodSeconds (10s when absent);
+//     generation changes (a candidate's spec write; GenerationChangedPredicate
+//     lets creations and deletions through) and again every
+//     spec.retryPeriodSeconds (10s when absent), never when spec.holderIdentity
+//     is empty (no requeue, no status write);
 //   - it adds its finalizer with a full UPDATE, and removes it on deletion;
 //   - while the candidate named by spec.holderIdentity is live (its
-//     spec.renewTime younger than twice spec.leaseDurationSeconds), it
+//     spec.renewTime younger than twice spec.leaseDurationSeconds, 15s when
+//     that is unset), it
 //     acquires or renews the global lock in a GCS bucket on the candidate's
 //     behalf (package gcslock: generation preconditions, takeover once the
 //     lock is spec.leaseDurationSeconds old);
 //   - it writes status.observedGeneration, globalHolderIdentity,
 //     globalRenewTime (RFC 3339, seconds), globalLeaseDurationSeconds,
 //     globalLeaseTransitions and the conditions BackendHealthy and
-//     LockAcquiredInBackend through the status subresource, a status update
-//     that loses a conflict being left to the next reconcile.
+//     LockAcquiredInBackend through the status subresource (holder and renew
+//     time nil when unknown); a failed status update is only logged after a
+//     successful acquire or renew, and returned (requeue with backoff) after a
+//     failed one;
+//   - a lock create that loses to another controller re-reads the lock and
+//     judges it; an update that loses is "not acquired", without error.
 //
 // It runs under whatever identity its rest.Config carries; the tests give it
 // the controller's ServiceAccount, the status writer of leaseguard's policy.
@@ -32,7 +39,6 @@ import (
 
 	"cloud.google.com/go/storage"
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -221,20 +227,28 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		setLockStatus(&status, mcl.GetGeneration(), lockState, cand)
 	}
 	setBackendHealthy(&status, mcl.GetGeneration(), acquireErr)
-	if acquireErr == nil {
-		setLockAcquired(&status, mcl.GetGeneration(), lockState)
-	} else {
+	if acquireErr != nil {
+		// The reference controller returns the status update's error on
+		// this path (a requeue with backoff), and requeues after the retry
+		// period otherwise.
 		log.Info("global lock not renewed", "candidate", cand.holder, "reason", acquireErr.Error())
+		if err := writeStatus(mcl, status); err != nil {
+			return reconcile.Result{}, reconcile.TerminalError(err)
+		}
+		if err := r.client.Status().Update(ctx, mcl); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: cand.retryPeriod}, nil
 	}
+	setLockAcquired(&status, mcl.GetGeneration(), lockState)
 	if err := writeStatus(mcl, status); err != nil {
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}
 	if err := r.client.Status().Update(ctx, mcl); err != nil {
-		// A candidate's spec write raced the status update; the generation
-		// change brings the next reconcile.
-		if !apierrors.IsConflict(err) {
-			log.Error(err, "status update failed")
-		}
+		// Only logged on this path: a candidate's spec write that raced the
+		// status update (a conflict) brings its own reconcile through the
+		// generation change.
+		log.Info("status update failed", "error", err.Error())
 	}
 	return reconcile.Result{RequeueAfter: cand.retryPeriod}, nil
 }
@@ -245,9 +259,15 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *reconciler) contend(ctx context.Context, key string, cand candidate) (*gcslock.Observed, error) {
 	lock := r.lock(key)
 	if cand.renewTime == nil {
-		return nil, errors.New("candidate has no renew time")
+		// Known to be nobody: the status's holder and renew time are
+		// cleared.
+		return &gcslock.Observed{}, errors.New("candidate has no renew time")
 	}
-	staleAfter := 2 * cand.leaseDuration
+	// Twice the declared lease duration; 15s when none is declared.
+	staleAfter := defaultLeaseDuration
+	if cand.declaredLease != nil {
+		staleAfter = 2 * cand.leaseDuration
+	}
 	if age := r.now().Sub(*cand.renewTime); age > staleAfter {
 		cur, err := lock.Read(ctx)
 		if err != nil {
@@ -285,12 +305,20 @@ func writeStatus(u *unstructured.Unstructured, st mclv1alpha1.MultiClusterLeaseS
 
 func setLockStatus(st *mclv1alpha1.MultiClusterLeaseStatus, generation int64, lock *gcslock.Observed, cand candidate) {
 	st.ObservedGeneration = ptr.To(generation)
-	st.GlobalHolderIdentity = ptr.To(lock.HolderIdentity)
-	st.GlobalRenewTime = ptr.To(lock.RenewTime.UTC().Format(time.RFC3339))
+	// Unknown holder and renew time are nil, not empty.
+	st.GlobalHolderIdentity, st.GlobalRenewTime = nil, nil
+	if lock.HolderIdentity != "" {
+		st.GlobalHolderIdentity = ptr.To(lock.HolderIdentity)
+	}
+	if !lock.RenewTime.IsZero() {
+		st.GlobalRenewTime = ptr.To(lock.RenewTime.UTC().Format(time.RFC3339))
+	}
 	if cand.declaredLease != nil {
 		st.GlobalLeaseDurationSeconds = ptr.To(int32(*cand.declaredLease))
 	}
-	st.GlobalLeaseTransitions = ptr.To(lock.LeaseTransitions)
+	if lock.LeaseTransitions != 0 {
+		st.GlobalLeaseTransitions = ptr.To(lock.LeaseTransitions)
+	}
 }
 
 func setBackendHealthy(st *mclv1alpha1.MultiClusterLeaseStatus, generation int64, err error) {

@@ -1,0 +1,440 @@
+package chart
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+const (
+	chartDir = root + "/charts/leaseguard"
+	// namespacePlaceholder is what `make chart` renders the webhook
+	// configurations with (leaseguard manifests --namespace); the chart
+	// replaces it by the release namespace (templates/_helpers.tpl).
+	namespacePlaceholder = "zz-leaseguard-release-namespace"
+	// defaultPolicy is the chart's default policy: config/manager's.
+	defaultPolicy = "config/manager/policy.yaml"
+)
+
+var coalescingModes = []manifests.Coalescing{manifests.CoalesceInAPIServer, manifests.CoalesceInWebhook, manifests.CoalesceOff}
+
+// render is what `leaseguard manifests --config policyPath --namespace ns
+// --coalesce c` writes.
+func render(t *testing.T, policyPath, ns string, c manifests.Coalescing) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, policyPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: ns})
+	if err != nil {
+		t.Fatalf("%s: %v", policyPath, err)
+	}
+	o := manifests.Defaults()
+	o.Namespace, o.Coalescing = ns, c
+	r, err := manifests.Render(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.YAML(manifests.Header(policyPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameFile(t *testing.T, got, want string) {
+	t.Helper()
+	g, err := os.ReadFile(filepath.Join(root, got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.ReadFile(filepath.Join(root, want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(g) != string(w) {
+		t.Errorf("%s is not a copy of %s: run `make chart`", got, want)
+	}
+}
+
+// The chart's generated files are what the generator renders now, like
+// config/'s TestWebhookManifestsAreGeneratedFromThePolicy: the webhook
+// configurations of the default policy for every coalescing mode, and the
+// copies of the default policy, the alerts and the CRD.
+func TestChartFilesAreGenerated(t *testing.T) {
+	for _, c := range coalescingModes {
+		file := fmt.Sprintf("charts/leaseguard/files/webhooks-coalesce-%s.yaml", c)
+		got, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(render(t, defaultPolicy, namespacePlaceholder, c)) {
+			t.Errorf("%s is not what `leaseguard manifests --config %s --coalesce %s` renders: run `make chart`", file, defaultPolicy, c)
+		}
+	}
+	sameFile(t, "charts/leaseguard/files/policy.yaml", defaultPolicy)
+	sameFile(t, "charts/leaseguard/files/alerts.yaml", "config/prometheus/alerts.yaml")
+	crds, err := filepath.Glob(filepath.Join(root, "config/crd/bases/*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies, err := filepath.Glob(filepath.Join(chartDir, "crds/*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crds) == 0 || len(copies) != len(crds) {
+		t.Errorf("charts/leaseguard/crds has %d files, config/crd/bases %d: run `make chart`", len(copies), len(crds))
+	}
+	for _, crd := range crds {
+		sameFile(t, "charts/leaseguard/crds/"+filepath.Base(crd), "config/crd/bases/"+filepath.Base(crd))
+	}
+	// One placeholder everywhere: the chart's, the Makefile's, this test's.
+	for _, f := range []string{"charts/leaseguard/templates/_helpers.tpl", "Makefile"} {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), namespacePlaceholder) {
+			t.Errorf("%s does not use the namespace placeholder %s", f, namespacePlaceholder)
+		}
+	}
+}
+
+// templateArgs are the arguments of `helm template` into namespace ns, for
+// the Kubernetes version of the pinned control plane when K8S_VERSION is set
+// (helm template otherwise assumes its own default, v1.20 for a Helm 3
+// built from source, which the chart's kubeVersion refuses).
+func templateArgs(ns string, args ...string) []string {
+	out := []string{"template", "leaseguard", chartDir, "--namespace", ns}
+	if v := os.Getenv("K8S_VERSION"); v != "" {
+		out = append(out, "--kube-version", v)
+	}
+	return append(out, args...)
+}
+
+// helmTemplate renders the chart, CRDs included, into namespace ns with
+// extra helm flags.
+func helmTemplate(t *testing.T, ns string, args ...string) []object {
+	t.Helper()
+	helm := binary(t, "HELM")
+	return objects(t, run(t, helm, templateArgs(ns, append([]string{"--include-crds"}, args...)...)...))
+}
+
+// helmLabels are the labels the chart adds to config/'s (templates/_helpers.tpl).
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+func dropHelmLabels(o object) {
+	meta, _ := o["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	for _, l := range helmLabels {
+		delete(labels, l)
+	}
+}
+
+// diff lists where a and b differ, by path.
+func diff(path string, a, b any, out *[]string) {
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok {
+			*out = append(*out, fmt.Sprintf("%s: %v != %v", path, a, b))
+			return
+		}
+		keys := map[string]bool{}
+		for k := range av {
+			keys[k] = true
+		}
+		for k := range bv {
+			keys[k] = true
+		}
+		sorted := make([]string, 0, len(keys))
+		for k := range keys {
+			sorted = append(sorted, k)
+		}
+		sort.Strings(sorted)
+		for _, k := range sorted {
+			diff(path+"."+k, av[k], bv[k], out)
+		}
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			*out = append(*out, fmt.Sprintf("%s: %s!= %s", path, toYAML(a), toYAML(b)))
+			return
+		}
+		for i := range av {
+			diff(fmt.Sprintf("%s[%d]", path, i), av[i], bv[i], out)
+		}
+	default:
+		if !reflect.DeepEqual(a, b) {
+			*out = append(*out, fmt.Sprintf("%s: %v != %v", path, a, b))
+		}
+	}
+}
+
+// compare fails the test where the two sets of objects differ.
+func compare(t *testing.T, what string, got, want map[string]object) {
+	t.Helper()
+	var keys []string
+	for k := range want {
+		keys = append(keys, k)
+		if _, ok := got[k]; !ok {
+			t.Errorf("%s: %s is missing", what, k)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: %s is extra", what, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		g, ok := got[k]
+		if !ok {
+			continue
+		}
+		var d []string
+		diff(k, g, want[k], &d)
+		for _, line := range d {
+			t.Errorf("%s: the chart differs at %s (chart != want)", what, line)
+		}
+	}
+}
+
+// The chart with its defaults installs what config/'s overlays install:
+// every object of `kubectl kustomize` equal, field by field (Deployment
+// args, ports, probes, resources, securityContext, volumes; Services; the
+// webhook configurations' rules, matchConditions, failurePolicy, timeouts;
+// RBAC; PDB; ConfigMap; CRD), after the normalisations below, which are the
+// only intended differences.
+func TestChartMatchesKustomize(t *testing.T) {
+	kubectl := binary(t, "KUBECTL")
+	abs := func(p string) string {
+		a, err := filepath.Abs(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// config/default with its two optional components uncommented
+	// (kustomize wants relative paths to them).
+	everything := t.TempDir()
+	rel := func(p string) string {
+		r, err := filepath.Rel(everything, abs(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	overlay := fmt.Sprintf(`namespace: leaseguard-system
+labels:
+- pairs:
+    app.kubernetes.io/part-of: leaseguard
+resources:
+- %s
+- %s
+- %s
+`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"))
+	if err := os.WriteFile(filepath.Join(everything, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		helmArgs  []string
+		kustomize string
+	}{
+		{"certManager", nil, abs("config/default")},
+		{"selfManaged", []string{"--set", "certificates.mode=selfManaged"}, abs("config/self-managed")},
+		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true"}, everything},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			chart := helmTemplate(t, "leaseguard-system", c.helmArgs...)
+			for _, o := range chart {
+				// Intended: Helm's own labels (chart, release, manager,
+				// app version) on every object.
+				dropHelmLabels(o)
+				// Intended: the chart names every object's app
+				// (app.kubernetes.io/name); config/ leaves it off the
+				// generated ConfigMap and the self-managed RBAC.
+				switch key(o) {
+				case "ConfigMap/leaseguard-system/leaseguard-policy",
+					"Role/leaseguard-system/leaseguard-ca", "RoleBinding/leaseguard-system/leaseguard-ca",
+					"ClusterRole//leaseguard-cabundle", "ClusterRoleBinding//leaseguard-cabundle":
+					dropLabel(o, "app.kubernetes.io/name")
+				}
+			}
+			kust := objects(t, run(t, kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", c.kustomize))
+			var want []object
+			for _, o := range kust {
+				switch o["kind"] {
+				case "Namespace":
+					// Intended: the chart installs into the release
+					// namespace and creates none (helm --create-namespace,
+					// or the admin's, labelled as docs/helm.md says).
+					continue
+				case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+					// Intended: they are cluster-scoped, but kustomize's
+					// namespace transformer does not know these kinds and
+					// sets metadata.namespace on them (the API server
+					// ignores it on a cluster-scoped object); the chart
+					// renders them as the generator does, without.
+					if meta, ok := o["metadata"].(map[string]any); ok {
+						delete(meta, "namespace")
+					}
+				case "CustomResourceDefinition":
+					// Intended: crds/ is config/crd/bases verbatim (Helm
+					// installs it untemplated); kustomize's labels
+					// transformer adds part-of to it.
+					dropLabel(o, "app.kubernetes.io/part-of")
+				}
+				want = append(want, o)
+			}
+			compare(t, "kustomize "+c.name, byKey(t, chart), byKey(t, want))
+		})
+	}
+}
+
+func dropLabel(o object, label string) {
+	meta, _ := o["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	delete(labels, label)
+	if labels != nil && len(labels) == 0 {
+		delete(meta, "labels")
+	}
+}
+
+// admissionKinds are what `leaseguard manifests` renders.
+var admissionKinds = []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+
+// admission picks the generator's objects out of a rendering, without what
+// the chart adds to them (Helm's labels, config/'s part-of, the CA injection
+// annotation of certManager mode, checked elsewhere).
+func admission(objs []object) map[string]object {
+	out := map[string]object{}
+	for _, o := range objs {
+		if !slices.Contains(admissionKinds, o["kind"].(string)) {
+			continue
+		}
+		dropHelmLabels(o)
+		dropLabel(o, "app.kubernetes.io/part-of")
+		meta, _ := o["metadata"].(map[string]any)
+		if ann, ok := meta["annotations"].(map[string]any); ok {
+			delete(ann, "cert-manager.io/inject-ca-from")
+			if len(ann) == 0 {
+				delete(meta, "annotations")
+			}
+		}
+		out[key(o)] = o
+	}
+	return out
+}
+
+// In any namespace and mode, the chart's admission configuration is exactly
+// what `leaseguard manifests --namespace <release namespace> --coalesce
+// <mode>` renders, and nothing names another namespace: the namespace is
+// never hard-coded.
+func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {
+	const ns = "team-guard"
+	for _, mode := range []string{"certManager", "selfManaged"} {
+		for _, c := range coalescingModes {
+			t.Run(fmt.Sprintf("%s/%s", mode, c), func(t *testing.T) {
+				helm := binary(t, "HELM")
+				out := run(t, helm, templateArgs(ns, "--include-crds",
+					"--set", "certificates.mode="+mode, "--set", "coalescing="+string(c),
+					"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true")...)
+				for _, s := range []string{"leaseguard-system", namespacePlaceholder} {
+					if strings.Contains(string(out), s) {
+						t.Errorf("the rendering names %s", s)
+					}
+				}
+				objs := objects(t, out)
+				for _, o := range objs {
+					meta, _ := o["metadata"].(map[string]any)
+					switch o["kind"] {
+					case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+						ann, _ := meta["annotations"].(map[string]any)
+						got, has := ann["cert-manager.io/inject-ca-from"]
+						if want := ns + "/leaseguard-serving-cert"; mode == "certManager" && got != want {
+							t.Errorf("%s: inject-ca-from = %v, want %s", key(o), got, want)
+						}
+						if mode == "selfManaged" && has {
+							t.Errorf("%s: inject-ca-from in selfManaged mode", key(o))
+						}
+					case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+					default:
+						if meta["namespace"] != ns {
+							t.Errorf("%s: namespace %v, want %s", key(o), meta["namespace"], ns)
+						}
+					}
+				}
+				want := admission(objects(t, render(t, defaultPolicy, ns, c)))
+				compare(t, "generator", admission(objs), want)
+				if len(want) == 0 {
+					t.Fatal("the generator rendered nothing")
+				}
+			})
+		}
+	}
+}
+
+// A policy of one's own needs its own webhook configurations: the chart
+// refuses it alone, and with `leaseguard manifests` output installs exactly
+// that output.
+func TestChartCustomPolicy(t *testing.T) {
+	helm := binary(t, "HELM")
+	const ns = "lg"
+	dir := t.TempDir()
+	custom := "config/e2e-policy/policy.yaml"
+	webhooks := filepath.Join(dir, "webhooks.yaml")
+	if err := os.WriteFile(webhooks, render(t, custom, ns, manifests.CoalesceInWebhook), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := templateArgs(ns)
+
+	_, err := runErr(helm, append(base, "--set-file", "policy="+filepath.Join(root, custom))...)
+	if err == nil || !strings.Contains(err.Error(), "leaseguard manifests") {
+		t.Errorf("a custom policy without webhookConfigurations: err = %v, want the chart to refuse it and name `leaseguard manifests`", err)
+	}
+
+	out := run(t, helm, append(base, "--set-file", "policy="+filepath.Join(root, custom), "--set-file", "webhookConfigurations="+webhooks)...)
+	objs := objects(t, out)
+	compare(t, "custom policy", admission(objs), admission(objects(t, render(t, custom, ns, manifests.CoalesceInWebhook))))
+	policyData, err := os.ReadFile(filepath.Join(root, custom))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o["kind"] == "ConfigMap" {
+			data, _ := o["data"].(map[string]any)
+			if data["policy.yaml"] != string(policyData) {
+				t.Errorf("the ConfigMap holds\n%v\nwant %s", data["policy.yaml"], custom)
+			}
+		}
+	}
+
+	// The default policy given explicitly is the default.
+	run(t, helm, append(base, "--set-file", "policy="+filepath.Join(root, defaultPolicy))...)
+
+	for _, bad := range [][]string{
+		{"--set", "coalescing=sometimes"},
+		{"--set", "certificates.mode=manual"},
+		{"--set", "webhookConfigurations=kind: Deployment"},
+		// A kustomize patch is not the configuration itself.
+		{"--set-file", "webhookConfigurations=" + filepath.Join(root, "config/e2e-policy/webhooks-patch.yaml")},
+		// A misspelt value is refused (values.schema.json), not ignored.
+		{"--set", "certificate.mode=selfManaged"},
+	} {
+		if _, err := runErr(helm, append(base, bad...)...); err == nil {
+			t.Errorf("helm template %s: no error", strings.Join(bad, " "))
+		}
+	}
+}
