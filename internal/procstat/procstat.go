@@ -64,6 +64,39 @@ func FindChildren(names map[string]bool) (map[string]int, error) {
 	return found, nil
 }
 
+// ChildrenCPU returns the user+system CPU seconds of every direct child of
+// this process named name, summed (two clusters run two kube-apiservers).
+func ChildrenCPU(name string) (float64, error) {
+	self := os.Getpid()
+	entries, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	found := false
+	for _, e := range entries {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(e)))
+		if err != nil {
+			continue
+		}
+		comm, f, err := statFields(pid)
+		if err != nil || len(f) < 13 || comm != name {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid != self {
+			continue
+		}
+		utime, _ := strconv.ParseFloat(f[11], 64) // field 14
+		stime, _ := strconv.ParseFloat(f[12], 64) // field 15
+		total += (utime + stime) / clockTicks
+		found = true
+	}
+	if !found {
+		return 0, fmt.Errorf("no child process %q found", name)
+	}
+	return total, nil
+}
+
 // ReadCPU returns user+system CPU seconds per named process.
 func ReadCPU(procs map[string]int) map[string]float64 {
 	out := map[string]float64{}

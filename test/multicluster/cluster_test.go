@@ -56,6 +56,7 @@ type cluster struct {
 	stopController context.CancelFunc
 	controllerDone chan error
 	storage        *storage.Client
+	controller     *mclcontroller.Controller
 }
 
 func (c *cluster) String() string { return c.identity }
@@ -189,7 +190,7 @@ func (c *cluster) startController() error {
 		_ = client.Close()
 		return err
 	}
-	c.storage, c.stopController, c.controllerDone = client, cancel, make(chan error, 1)
+	c.storage, c.stopController, c.controllerDone, c.controller = client, cancel, make(chan error, 1), ctrl
 	go func() { c.controllerDone <- ctrl.Start(ctx) }()
 	return nil
 }

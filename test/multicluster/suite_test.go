@@ -30,7 +30,13 @@ import (
 
 func TestMultiCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "leaseguard multi-cluster")
+	// The load curve (label "curve") runs only when a label filter asks
+	// for it: `make measure-multicluster-curve`.
+	suiteConfig, reporterConfig := GinkgoConfiguration()
+	if suiteConfig.LabelFilter == "" {
+		suiteConfig.LabelFilter = "!curve"
+	}
+	RunSpecs(t, "leaseguard multi-cluster", suiteConfig, reporterConfig)
 }
 
 // env is what every spec runs against.

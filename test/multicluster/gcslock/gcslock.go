@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/storage"
@@ -40,7 +41,13 @@ type Observed struct {
 type Lock struct {
 	object *storage.ObjectHandle
 	name   string
+	// writes counts the writes sent (the load the measurements report:
+	// GCS accepts about one write per second per object).
+	writes atomic.Int64
 }
+
+// Writes is the number of writes sent to the lock object so far.
+func (l *Lock) Writes() int64 { return l.writes.Load() }
 
 // ObjectName is where the lock of the MultiClusterLease key
 // ("<namespace>/<name>") lives in the bucket.
@@ -95,6 +102,7 @@ func (l *Lock) write(ctx context.Context, cond storage.Conditions, rec Record) (
 	if err != nil {
 		return Observed{}, err
 	}
+	l.writes.Add(1)
 	w := l.object.If(cond).NewWriter(ctx)
 	w.ContentType = "application/json"
 	w.CacheControl = "no-cache, no-store, must-revalidate"

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/storage"
@@ -84,6 +85,18 @@ type Options struct {
 // Controller is one cluster's MultiClusterLease controller.
 type Controller struct {
 	mgr ctrl.Manager
+	r   *reconciler
+}
+
+// Stats is what the controller has done so far: reconciles, and writes of
+// the global lock.
+type Stats struct {
+	Reconciles, LockWrites int64
+}
+
+// Stats returns the controller's counters.
+func (c *Controller) Stats() Stats {
+	return Stats{Reconciles: c.r.reconciles.Load(), LockWrites: c.r.lockWrites.Load()}
 }
 
 // New builds the controller; Start runs it.
@@ -119,7 +132,7 @@ func New(o Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mclcontroller %s: %w", o.Name, err)
 	}
-	return &Controller{mgr: mgr}, nil
+	return &Controller{mgr: mgr, r: r}, nil
 }
 
 // Start runs the controller until ctx ends.
@@ -140,6 +153,8 @@ type reconciler struct {
 
 	mu    sync.Mutex
 	locks map[string]*gcslock.Lock
+
+	reconciles, lockWrites atomic.Int64
 }
 
 // candidate is what the controller reads of a MultiClusterLease's spec.
@@ -190,6 +205,7 @@ func (r *reconciler) forget(key string) {
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.reconciles.Add(1)
 	log := r.log.WithValues("multiclusterlease", req.String())
 	mcl := newMCL()
 	if err := r.client.Get(ctx, req.NamespacedName, mcl); err != nil {
@@ -275,7 +291,9 @@ func (r *reconciler) contend(ctx context.Context, key string, cand candidate) (*
 		}
 		return &cur, fmt.Errorf("candidate %s is stale: renewed %s ago, more than %s", cand.holder, age.Round(time.Millisecond), staleAfter)
 	}
+	before := lock.Writes()
 	res, err := lock.AcquireOrRenew(ctx, cand.holder, cand.leaseDuration, r.now)
+	r.lockWrites.Add(lock.Writes() - before)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
+	"github.com/leaseguard/leaseguard/internal/procstat"
 )
 
 // measurement is one setup's run in one round.

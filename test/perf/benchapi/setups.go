@@ -24,7 +24,7 @@ import (
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
+	"github.com/leaseguard/leaseguard/internal/procstat"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"

@@ -33,7 +33,7 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
+	"github.com/leaseguard/leaseguard/internal/procstat"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )

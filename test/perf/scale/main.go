@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/test/perf/internal/procstat"
+	"github.com/leaseguard/leaseguard/internal/procstat"
 )
 
 type options struct {

@@ -26,7 +26,7 @@ import (
 	"github.com/leaseguard/leaseguard/internal/leasetraffic"
 )
 
-// apiserver runs the real `leaseguard top --once` binary against a real API
+// apiserver runs the real `kubectl leaseguard top --once` binary against a real API
 // server while writers renew the leases at a known period.
 func apiserver(o options) error {
 	tmp, err := os.MkdirTemp("", "topload-")
@@ -34,7 +34,7 @@ func apiserver(o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	binary, err := controlplane.BuildLeaseguard(tmp)
+	binary, err := controlplane.BuildPlugin(tmp)
 	if err != nil {
 		return err
 	}
