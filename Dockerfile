@@ -1,5 +1,9 @@
 # leaseguard image: a static binary on an empty base, run as a non-root user.
 # Build: make docker-build IMG=<your registry>/leaseguard:<tag>
+# It holds the production binary only, ./cmd/leaseguard (serve, check,
+# manifests, version); the tools (top, vap) are the kubectl plugin,
+# ./cmd/kubectl-leaseguard, which is not in the image. Without a Go base
+# image to pull: make docker-build-offline (Dockerfile.scratch).
 FROM golang:1.26 AS build
 WORKDIR /src
 # Dependencies first, so source edits do not re-download modules.

@@ -18,8 +18,12 @@ all: build
 ##@ Development
 
 .PHONY: build
-build: ## Build bin/leaseguard (the production binary, as in the image).
+build: ## Build bin/leaseguard: the production binary, as in the image (serve, check, manifests, version).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/leaseguard ./cmd/leaseguard
+
+.PHONY: build-plugin
+build-plugin: ## Build bin/kubectl-leaseguard, the kubectl plugin (kubectl leaseguard top, check, vap, manifests): put it on PATH.
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/kubectl-leaseguard ./cmd/kubectl-leaseguard
 
 .PHONY: build-dev
 build-dev: ## Build bin/leaseguard-dev: leaseguard with the `dev` command (local control plane).
@@ -134,8 +138,8 @@ bench: ## Benchmarks of the decision core and of the handler beside a no-op hand
 ##@ ValidatingAdmissionPolicy mode (docs/vap.md)
 
 .PHONY: vap
-vap: ## Generate config/vap/vap.yaml: the sample policy as ValidatingAdmissionPolicies (leaseguard vap).
-	go run ./cmd/leaseguard vap --config config/samples/policy.yaml --coalesce -o config/vap/vap.yaml
+vap: ## Generate config/vap/vap.yaml: the sample policy as ValidatingAdmissionPolicies (kubectl leaseguard vap).
+	go run ./cmd/kubectl-leaseguard vap --config config/samples/policy.yaml --coalesce=policy -o config/vap/vap.yaml
 
 .PHONY: test-vap
 test-vap: controlplane ## Verdict parity of the webhook and the generated policies through two real API servers.
@@ -160,8 +164,19 @@ build-installer: ## Render $(OVERLAY) with image $(IMG) into dist/install.yaml.
 	@echo "wrote dist/install.yaml"
 
 .PHONY: docker-build
-docker-build: ## Build the image $(IMG) (needs a Docker engine).
+docker-build: ## Build the image $(IMG) (needs a Docker engine; pulls the Go base image).
 	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+# The same image without a base image to pull: the static binary is built
+# here (as the Dockerfile builds it) and copied FROM scratch.
+IMAGE_CONTEXT := bin/image
+.PHONY: docker-build-offline
+docker-build-offline: ## Build the image $(IMG) from a binary built here, FROM scratch (Dockerfile.scratch; needs a Docker engine, no registry).
+	@rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
+	CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false -ldflags "-s -w -buildid= -X main.version=$(VERSION)" \
+		-o $(IMAGE_CONTEXT)/leaseguard ./cmd/leaseguard
+	cp Dockerfile.scratch $(IMAGE_CONTEXT)/Dockerfile
+	docker build -t $(IMG) $(IMAGE_CONTEXT)
 
 .PHONY: deploy
 deploy: build-installer ## Install leaseguard into the cluster of the current kubeconfig (needs cert-manager).
@@ -252,6 +267,17 @@ measure-multicluster: controlplane ## The multi-cluster suite without the race d
 	cd test/multicluster && $(TEST_ENV) MULTICLUSTER_REPORT=$(CURDIR)/bin/multicluster-writes.md \
 		go test -count=1 -timeout 20m -v -run TestMultiCluster . -ginkgo.v
 	@cat bin/multicluster-writes.md
+
+CURVE_MANAGERS ?= 3,10,30,100
+CURVE_ROUNDS ?= 2
+CURVE_WINDOW ?= 45s
+
+.PHONY: measure-multicluster-curve
+measure-multicluster-curve: controlplane ## Lease traffic against the number of managers per cluster, unguarded and as shipped, interleaved rounds: docs/multicluster-curve.md and .png (docs/multicluster.md).
+	cd test/multicluster && $(TEST_ENV) CURVE_MANAGERS=$(CURVE_MANAGERS) CURVE_ROUNDS=$(CURVE_ROUNDS) CURVE_WINDOW=$(CURVE_WINDOW) \
+		CURVE_REPORT=$(CURDIR)/docs/multicluster-curve.md CURVE_PLOT=$(CURDIR)/docs/multicluster-curve.png \
+		go test -count=1 -timeout 4h -v -run TestMultiCluster . -ginkgo.label-filter=curve -ginkgo.v
+	@cat docs/multicluster-curve.md
 
 ##@ Helm chart and alerts (docs/helm.md, docs/alerts.md)
 

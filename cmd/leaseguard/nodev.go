@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leaseguard/leaseguard/internal/cli"
 )
 
 // The dev command links the local control-plane harness (envtest), which
@@ -18,7 +20,7 @@ func newDevCommand() *cobra.Command {
 		Short:  "Run leaseguard on a local control plane (needs a build with -tags dev: make run)",
 		Hidden: true,
 		RunE: func(*cobra.Command, []string) error {
-			return errors.New("this leaseguard was built without the dev command; use `make run`, or build with `go build -tags dev ./cmd/leaseguard`")
+			return cli.Usage(errors.New("this leaseguard was built without the dev command; use `make run`, or build with `go build -tags dev ./cmd/leaseguard`"))
 		},
 	}
 }

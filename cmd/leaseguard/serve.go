@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/leaseguard/leaseguard/certs"
+	"github.com/leaseguard/leaseguard/internal/cli"
 	"github.com/leaseguard/leaseguard/webhook/server"
 )
 
@@ -22,7 +23,14 @@ func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the webhook server",
-		Args:  cobra.NoArgs,
+		Long: `serve runs the admission webhook server: it enforces the policy file of
+--config, re-reading it while it runs, and serves /metrics, /healthz and
+/readyz.
+
+Exit status: 0 after a clean shutdown (SIGTERM or SIGINT, after
+--shutdown-drain); 1 when it cannot start or stops on an error (the policy
+file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
+		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.PolicyFile, "config", "/etc/leaseguard/policy.yaml", "LeasePolicy file to enforce; re-read while running")
@@ -66,7 +74,7 @@ func newServeCommand() *cobra.Command {
 			}
 			o.Certs = self
 		default:
-			return fmt.Errorf(`--cert-mode %q: want "cert-manager", "files" or "self-managed"`, certMode)
+			return cli.Usage(fmt.Errorf(`--cert-mode %q: want "cert-manager", "files" or "self-managed"`, certMode))
 		}
 		return server.Run(ctrl.SetupSignalHandler(), o)
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -24,7 +24,9 @@ type checkOptions struct {
 	errOut io.Writer
 }
 
-func newCheckCommand() *cobra.Command {
+// NewCheckCommand is `check`: one write decided offline by the webhook's
+// decision core.
+func NewCheckCommand() *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
 		Use:   "check --config policy.yaml --user USER [--old old.yaml] [--new new.yaml]",
@@ -32,14 +34,16 @@ func newCheckCommand() *cobra.Command {
 		Long: `check evaluates one write against a policy file with the webhook's decision
 core, with no cluster. The operation defaults to CREATE with --new only,
 DELETE with --old only and UPDATE with both. It prints the verdict and the
-message and exits 0 when the write is admitted (allow, warn, audit,
-coalesced or acknowledged: answered success without being stored), 1 when
-it is denied and 2 when the input is bad.`,
+message.
+
+Exit status: 0 when the write is admitted (allow, warn, audit, coalesced or
+acknowledged: answered success without being stored); 1 when it is denied;
+2 for bad usage or unreadable input (flags, the policy or an object file).`,
 		// Usage mistakes are bad input too: exit 2, so that exit 1 always
 		// means "denied".
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
-				return &exitError{code: 2, err: err}
+				return Usage(err)
 			}
 			return nil
 		},
@@ -48,7 +52,7 @@ it is denied and 2 when the input is bad.`,
 			return o.run(cmd.OutOrStdout())
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
 	fs := cmd.Flags()
 	fs.StringVar(&o.configPath, "config", "", "LeasePolicy file (required)")
 	fs.StringVar(&o.user, "user", "", "username of the caller (required)")
@@ -66,7 +70,7 @@ it is denied and 2 when the input is bad.`,
 }
 
 // bad marks bad input: exit status 2.
-func bad(err error) error { return &exitError{code: 2, err: err} }
+func bad(err error) error { return Usage(err) }
 
 func (o *checkOptions) run(out io.Writer) error {
 	if o.configPath == "" || o.user == "" {
@@ -108,7 +112,7 @@ func (o *checkOptions) run(out io.Writer) error {
 		}
 	case d.Verdict == policy.Deny:
 		fmt.Fprintf(out, "DENY (%s, HTTP %d%s): %s\n", d.Invariant, d.Code, retryAfter(&d), d.Message)
-		return &exitError{code: 1, err: errors.New("")}
+		return Refused(nil)
 	default:
 		fmt.Fprintf(out, "%s (%s, admitted): %s\n", strings.ToUpper(d.Verdict.String()), d.Invariant, d.Message)
 	}

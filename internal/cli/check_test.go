@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -115,7 +115,7 @@ func runCheck(t *testing.T, args ...string) (out string, code int, err error) {
 	root.SetArgs(append([]string{"check"}, args...))
 	err = root.Execute()
 	if err != nil {
-		code = exitCode(err)
+		code = ExitCode(err)
 	}
 	return stdout.String(), code, err
 }
@@ -482,13 +482,13 @@ func TestExitCode(t *testing.T) {
 		err  error
 		want int
 	}{
-		{&exitError{code: 2, err: fmt.Errorf("bad")}, 2},
-		{&exitError{code: 1, err: fmt.Errorf("")}, 1},
+		{&ExitError{Code: 2, Err: fmt.Errorf("bad")}, 2},
+		{&ExitError{Code: 1, Err: fmt.Errorf("")}, 1},
 		{fmt.Errorf("plain"), 1},
 	}
 	for _, tc := range tests {
-		if got := exitCode(tc.err); got != tc.want {
-			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
+		if got := ExitCode(tc.err); got != tc.want {
+			t.Errorf("ExitCode(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -12,19 +12,12 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-// writeOutput writes a rendering to the file named by -o, or to standard
-// output.
-func writeOutput(cmd *cobra.Command, outPath string, data []byte) error {
-	if outPath != "" {
-		return os.WriteFile(outPath, data, 0o644)
-	}
-	_, err := cmd.OutOrStdout().Write(data)
-	return err
-}
-
-func newManifestsCommand() *cobra.Command {
+// NewManifestsCommand is `manifests`: the webhook configurations (and
+// coalescing policy) that send leaseguard the writes a policy selects.
+func NewManifestsCommand() *cobra.Command {
 	o := manifests.Defaults()
-	var configPath, caFile, outPath, coalesce string
+	coalesce := NewCoalesceFlag(manifests.CoalesceInAPIServer, manifests.CoalesceInAPIServer, manifests.CoalesceInWebhook, manifests.CoalesceOff)
+	var configPath, caFile, outPath string
 	var strict, kustomizePatch bool
 	cmd := &cobra.Command{
 		Use:   "manifests --config policy.yaml",
@@ -36,7 +29,11 @@ matchConditions send leaseguard only the lease writes some rule selects
 for the holder's plain renewals), a MutatingWebhookConfiguration when a rule
 needs the designation stamped, and a MutatingAdmissionPolicy when a rule
 coalesces renewals. Where a selection cannot be said in CEL it falls back on
-the broader match and says so on standard error and in the output.`,
+the broader match and says so on standard error and in the output.
+
+Exit status: 0 when rendered; 1 with --strict when the rendering is broader
+than the policy anywhere; 2 for bad usage or unreadable input (flags, an
+unreadable or invalid policy, --ca-bundle-file).`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -48,38 +45,33 @@ the broader match and says so on standard error and in the output.`,
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "name prefix of the rendered objects")
 	fs.Int32Var(&o.TimeoutSeconds, "timeout-seconds", 2, "webhook timeout (at most 3: lease clients renew with short timeouts)")
 	fs.BoolVar(&o.FailOpen, "fail-open", false, "failurePolicy Ignore everywhere: identity changes pass too while leaseguard is down (docs/security.md)")
-	fs.StringVar(&coalesce, "coalesce", string(manifests.CoalesceInAPIServer), `where early renewals are coalesced: "policy" (a MutatingAdmissionPolicy in the API server), "webhook" (leaseguard's mutating webhook) or "off"`)
+	coalesce.add(fs)
 	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
 	fs.BoolVar(&kustomizePatch, "kustomize-patch", false, "print strategic-merge patches for a kustomize overlay of config/default that swaps in this policy (config/e2e-policy is one)")
 	fs.BoolVar(&strict, "strict", false, "exit 1 when the rendering is broader than the policy anywhere")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if configPath == "" {
-			return errors.New("manifests needs --config")
+			return Usage(errors.New("manifests needs --config"))
 		}
 		if o.TimeoutSeconds < 1 || o.TimeoutSeconds > 3 {
-			return fmt.Errorf("--timeout-seconds %d: want 1 to 3 (docs/design.md §5)", o.TimeoutSeconds)
+			return Usage(fmt.Errorf("--timeout-seconds %d: want 1 to 3 (docs/design.md §5)", o.TimeoutSeconds))
 		}
-		switch c := manifests.Coalescing(coalesce); c {
-		case manifests.CoalesceInAPIServer, manifests.CoalesceInWebhook, manifests.CoalesceOff:
-			o.Coalescing = c
-		default:
-			return fmt.Errorf(`--coalesce %q: want "policy", "webhook" or "off"`, coalesce)
-		}
+		o.Coalescing = coalesce.Value()
 		if caFile != "" {
 			ca, err := os.ReadFile(caFile)
 			if err != nil {
-				return fmt.Errorf("--ca-bundle-file: %w", err)
+				return Usage(fmt.Errorf("--ca-bundle-file: %w", err))
 			}
 			o.CABundle = ca
 		}
 		p, _, err := policyfile.Load(configPath, policy.CompileOptions{OwnNamespace: o.Namespace})
 		if err != nil {
-			return err
+			return Usage(err)
 		}
 		r, err := manifests.Render(p, o)
 		if err != nil {
-			return err
+			return Usage(err)
 		}
 		var data []byte
 		if kustomizePatch {
@@ -97,7 +89,7 @@ the broader match and says so on standard error and in the output.`,
 			return err
 		}
 		if strict && len(r.Notes) > 0 {
-			return &exitError{code: 1, err: fmt.Errorf("%d place(s) where the rendering is broader than the policy", len(r.Notes))}
+			return Refused(fmt.Errorf("%d place(s) where the rendering is broader than the policy (--strict)", len(r.Notes)))
 		}
 		return nil
 	}

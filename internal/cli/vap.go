@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -11,8 +11,11 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-func newVAPCommand() *cobra.Command {
+// NewVAPCommand is `vap`: the policy as ValidatingAdmissionPolicies, for
+// clusters without the webhook.
+func NewVAPCommand() *cobra.Command {
 	o := manifests.VAPDefaults()
+	coalesce := NewCoalesceFlag(manifests.CoalesceOff, manifests.CoalesceInAPIServer, manifests.CoalesceOff)
 	var configPath, outPath string
 	var strict bool
 	cmd := &cobra.Command{
@@ -23,15 +26,21 @@ func newVAPCommand() *cobra.Command {
 webhook call, one policy per rule and resource, its binding's
 validationActions the rule's enforcement (deny: Deny, warn: Warn, audit:
 Audit). What CEL cannot decide from the request alone (designation stamping,
-429 answers with Retry-After, minRenewInterval, coalescing unless --coalesce,
-bind templates with several captures, staleness on DELETE) is printed on
-standard error and in the output as LIMIT lines (docs/vap.md).
+429 answers with Retry-After, minRenewInterval, coalescing unless
+--coalesce=policy, bind templates with several captures, staleness on
+DELETE) is printed on standard error and in the output as LIMIT lines
+(docs/vap.md).
 
-Exit status: 0 when rendered, 1 with --strict when anything is limited,
-2 for bad input (flags, an unreadable or invalid policy).`,
+--coalesce takes the values of manifests --coalesce that need no webhook:
+policy renders the MutatingAdmissionPolicy that coalesces early renewals
+(Kubernetes 1.36 and later), off (the default) does not. A bare --coalesce,
+its old bool form, means --coalesce=policy.
+
+Exit status: 0 when rendered; 1 with --strict when anything is limited;
+2 for bad usage or unreadable input (flags, an unreadable or invalid policy).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
-				return &exitError{code: 2, err: err}
+				return Usage(err)
 			}
 			return nil
 		},
@@ -40,23 +49,24 @@ Exit status: 0 when rendered, 1 with --strict when anything is limited,
 	fs.StringVar(&configPath, "config", "", "LeasePolicy file (required)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "leaseguard's namespace: never selected, as by the webhooks")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "name prefix of the rendered objects")
-	fs.BoolVar(&o.Coalescing, "coalesce", false, "also render the MutatingAdmissionPolicy that coalesces early renewals (Kubernetes 1.36 and later)")
+	coalesce.add(fs)
 	fs.BoolVar(&o.StaticMessages, "static-messages", false, "refuse with each rule's fixed message instead of the exact one: the same verdicts for about 40% less CEL per write (docs/vap.md)")
 	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
 	fs.BoolVar(&strict, "strict", false, "exit 1 when the policies do not enforce everything the policy asks for")
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if configPath == "" {
-			return &exitError{code: 2, err: errors.New("vap needs --config")}
+			return Usage(errors.New("vap needs --config"))
 		}
+		o.Coalescing = coalesce.Value() == manifests.CoalesceInAPIServer
 		p, _, err := policyfile.Load(configPath, policy.CompileOptions{OwnNamespace: o.Namespace})
 		if err != nil {
-			return &exitError{code: 2, err: err}
+			return Usage(err)
 		}
 		r, err := manifests.RenderVAP(p, o)
 		if err != nil {
-			return &exitError{code: 2, err: err}
+			return Usage(err)
 		}
 		data, err := r.YAML(manifests.VAPHeader(manifests.VAPArgs(configPath, o)))
 		if err != nil {
@@ -72,7 +82,7 @@ Exit status: 0 when rendered, 1 with --strict when anything is limited,
 			return err
 		}
 		if strict && len(r.Limits)+len(r.Notes) > 0 {
-			return &exitError{code: 1, err: fmt.Errorf("%d thing(s) the policies do not enforce as leaseguard's webhook does (--strict)", len(r.Limits)+len(r.Notes))}
+			return Refused(fmt.Errorf("%d thing(s) the policies do not enforce as leaseguard's webhook does (--strict)", len(r.Limits)+len(r.Notes)))
 		}
 		return nil
 	}

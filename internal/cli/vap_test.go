@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ func runVAP(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	root.SetErr(&errOut)
 	root.SetArgs(append([]string{"vap"}, args...))
 	if err := root.Execute(); err != nil {
-		code = exitCode(err)
+		code = ExitCode(err)
 		errOut.WriteString(err.Error())
 	}
 	return out.String(), errOut.String(), code

@@ -36,6 +36,23 @@ func BuildLeaseguard(dir string) (string, error) {
 	return out, nil
 }
 
+// BuildPlugin builds the kubectl plugin, kubectl-leaseguard (top, check,
+// vap, manifests), into dir and returns its path, so tests run the real
+// `kubectl leaseguard top`.
+func BuildPlugin(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "kubectl-leaseguard")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/kubectl-leaseguard")
+	cmd.Dir = root
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/kubectl-leaseguard: %v\n%s", err, msg)
+	}
+	return out, nil
+}
+
 // Leaseguard is a running `leaseguard serve` process.
 type Leaseguard struct {
 	cmd        *exec.Cmd

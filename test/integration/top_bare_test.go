@@ -47,7 +47,7 @@ func TestTopOnABareClusterAndWithoutPermission(t *testing.T) {
 	}
 
 	admin := writeKubeconfig(envtest.User{Name: "admin", Groups: []string{"system:masters"}})
-	cmd := exec.Command(binary, "top", "--kubeconfig", admin, "-A", "--once", "--window", "2s", "-o", "wide")
+	cmd := exec.Command(pluginBinary(t), "top", "--kubeconfig", admin, "-A", "--once", "--window", "2s", "-o", "wide")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -61,7 +61,7 @@ func TestTopOnABareClusterAndWithoutPermission(t *testing.T) {
 	}
 
 	nobody := writeKubeconfig(envtest.User{Name: "nobody"})
-	out, err := exec.Command(binary, "top", "--kubeconfig", nobody, "-n", "default", "--once", "--window", "1s").CombinedOutput()
+	out, err := exec.Command(pluginBinary(t), "top", "--kubeconfig", nobody, "-n", "default", "--once", "--window", "1s").CombinedOutput()
 	if want := "cannot list leases.coordination.k8s.io in namespace default: leaseguard top needs list and watch on it"; err == nil || !strings.Contains(string(out), want) {
 		t.Fatalf("without RBAC: %v\n%s\nwant %q", err, out, want)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -218,12 +219,30 @@ func topCandidate(ctx context.Context, t *testing.T, ns, name, id string, create
 	}
 }
 
-// runTop starts `leaseguard top --once -o json` and returns once it has
-// listed the leases (its "watching" line), and a function that waits for
-// the report.
+// pluginBinary is the kubectl plugin, kubectl-leaseguard, where top is:
+// built once, beside the leaseguard binary (in the folder TestMain
+// removes).
+func pluginBinary(t *testing.T) string {
+	t.Helper()
+	pluginOnce.Do(func() { pluginPath, pluginErr = controlplane.BuildPlugin(filepath.Dir(binary)) })
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	return pluginPath
+}
+
+var (
+	pluginOnce sync.Once
+	pluginPath string
+	pluginErr  error
+)
+
+// runTop starts `kubectl leaseguard top --once -o json` and returns once it
+// has listed the leases (its "watching" line), and a function that waits
+// for the report.
 func runTop(t *testing.T, args ...string) func() *leasetraffic.Report {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"top", "--kubeconfig", kubeconfig, "--once", "-o", "json"}, args...)...)
+	cmd := exec.Command(pluginBinary(t), append([]string{"top", "--kubeconfig", kubeconfig, "--once", "-o", "json"}, args...)...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()

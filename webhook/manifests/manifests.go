@@ -360,7 +360,7 @@ func renewTimeAhead(skew time.Duration) string {
 	stamped := mf + ".filter(m, has(m.time) && !oldObject.metadata.?managedFields.orValue([]).exists(o, " +
 		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))" +
 		".map(m, timestamp(m.time))"
-	allowed := "duration(" + quote((skew+time.Second).String()) + ")"
+	allowed := "duration(" + quote((skew + time.Second).String()) + ")"
 	// Nothing re-stamped (a second write by the same manager within one
 	// second): every entry is as stored, and the latest is this second.
 	latest := mf + ".filter(m, has(m.time)).map(m, timestamp(m.time)).max()"

@@ -1,4 +1,8 @@
-package main
+// Package topcmd is `top`, the kubectl plugin's live view of lease traffic
+// (docs/top.md). It is a package of its own, apart from internal/cli,
+// because it links the terminal UI (internal/topui) and kubectl's client
+// options (k8s.io/cli-runtime), which the server's binary must not carry.
+package topcmd
 
 import (
 	"context"
@@ -11,11 +15,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/leaseguard/leaseguard/internal/cli"
 	"github.com/leaseguard/leaseguard/internal/leaseprojection"
 	"github.com/leaseguard/leaseguard/internal/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/leasewatch"
@@ -26,17 +31,24 @@ import (
 )
 
 type topOptions struct {
-	kubeconfig, context, namespace string
-	allNamespaces, once            bool
-	resource, output, sort         string
-	policyPath, ownNamespace       string
-	webhookStats                   []string
-	window, interval               time.Duration
-	limit                          int
+	// kube are kubectl's flags for reaching a cluster: --kubeconfig,
+	// --context, -n/--namespace, --as, --as-group, ...
+	kube                     *genericclioptions.ConfigFlags
+	version                  string
+	allNamespaces, once      bool
+	resource, output, sort   string
+	policyPath, ownNamespace string
+	webhookStats             []string
+	window, interval         time.Duration
+	limit                    int
 }
 
-func newTopCommand() *cobra.Command {
-	o := &topOptions{}
+// New is `top`; version goes into its User-Agent.
+func New(version string) *cobra.Command {
+	kube := genericclioptions.NewConfigFlags(true)
+	// top makes no discovery calls: no discovery cache to place.
+	kube.CacheDir = nil
+	o := &topOptions{kube: kube, version: version}
 	cmd := &cobra.Command{
 		Use:   "top [-A | -n NAMESPACE] [--once -o table|wide|json|yaml] [--policy policy.yaml]",
 		Short: "Show live lease traffic per lease, writer and namespace (read-only)",
@@ -55,13 +67,20 @@ identity invariants are assumed kept (docs/top.md).
 
 On a terminal it runs a live UI (q quits); otherwise, or with --once, it
 prints plain reports. --once watches for --window, prints one report and
-exits.`,
+exits.
+
+The cluster is reached as kubectl reaches it, with kubectl's flags
+(--kubeconfig, --context, -n/--namespace, --as, --as-group, ...): without
+-A it watches the namespace of -n, else the context's.
+
+Exit status: 0 when it ran (until interrupted, or its --once report); 1
+when the cluster refuses or cannot serve the list and watch (RBAC, an
+unreachable server) or a --webhook-stats replica cannot be read; 2 for bad
+usage or unreadable input (flags, --policy, the kubeconfig).`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&o.context, "context", "", "the kubeconfig context to use")
-	fs.StringVarP(&o.namespace, "namespace", "n", "", "watch only this namespace (default: the context's namespace)")
+	kube.AddFlags(fs)
 	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "watch every namespace")
 	fs.StringVar(&o.resource, "resource", "all", "leases, multiclusterleases or all")
 	fs.BoolVar(&o.once, "once", false, "watch for --window, print one report and exit")
@@ -74,6 +93,7 @@ exits.`,
 	fs.StringVar(&o.ownNamespace, "leaseguard-namespace", "leaseguard-system", "leaseguard's own namespace, for validating --policy")
 	fs.StringSliceVar(&o.webhookStats, "webhook-stats", nil, "http(s) address of a webhook replica's metrics port (repeat for each replica, e.g. through kubectl port-forward): show what the webhook judged per lease and the users behind it")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runTop(cmd, o) }
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
 	return cmd
 }
 
@@ -134,25 +154,21 @@ func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
 	return s, nil
 }
 
-// clientConfig loads the kubeconfig as kubectl does and returns the
-// namespace to watch ("" for all).
+// clientConfig loads the kubeconfig with kubectl's flags, as kubectl does,
+// and returns the namespace to watch ("" for all).
 func (o *topOptions) clientConfig() (*rest.Config, string, error) {
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-		&clientcmd.ConfigOverrides{CurrentContext: o.context})
-	cfg, err := loader.ClientConfig()
+	cfg, err := o.kube.ToRESTConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "leaseguard-top/" + version
+	cfg.UserAgent = "leaseguard-top/" + o.version
 	if o.allNamespaces {
 		return cfg, "", nil
 	}
-	namespace := o.namespace
-	if namespace == "" {
-		if namespace, _, err = loader.Namespace(); err != nil {
-			return nil, "", fmt.Errorf("kubeconfig: %w", err)
-		}
+	// -n when given, else the context's namespace.
+	namespace, _, err := o.kube.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	return cfg, namespace, nil
 }
@@ -160,11 +176,11 @@ func (o *topOptions) clientConfig() (*rest.Config, string, error) {
 func runTop(cmd *cobra.Command, o *topOptions) error {
 	s, err := o.check(cmd)
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	cfg, namespace, err := o.clientConfig()
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	format, sortKey, resources, projector := s.format, s.sort, s.resources, s.projector
 
