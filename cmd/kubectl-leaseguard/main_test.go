@@ -1,23 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/leaseguard/leaseguard/internal/cli"
 )
 
-// run runs `kubectl leaseguard args...` in process as main does and
-// returns what it printed and its exit status.
+// run runs `kubectl leaseguard args...` in process as main does.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	root := newRootCommand()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	code = cli.Run(root, args, &errOut)
-	return out.String(), errOut.String(), code
+	return cli.RunCaptured(newRootCommand(), args...)
 }
 
 // top reaches the cluster with kubectl's own flags (genericclioptions),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,16 +8,10 @@ import (
 	"github.com/leaseguard/leaseguard/internal/cli"
 )
 
-// run runs `leaseguard args...` in process as main does and returns what
-// it printed and its exit status.
+// run runs `leaseguard args...` in process as main does.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	root := newRootCommand()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	code = cli.Run(root, args, &errOut)
-	return out.String(), errOut.String(), code
+	return cli.RunCaptured(newRootCommand(), args...)
 }
 
 // The server's binary has no top or vap: they are the kubectl plugin's,

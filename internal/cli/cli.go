@@ -9,6 +9,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,17 @@ func Run(root *cobra.Command, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "leaseguard:", err)
 	}
 	return ExitCode(err)
+}
+
+// RunCaptured runs root on args as Run does, in process, and returns what
+// it printed and its exit status: the binaries' tests run their commands
+// as a user would.
+func RunCaptured(root *cobra.Command, args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	code = Run(root, args, &errOut)
+	return out.String(), errOut.String(), code
 }
 
 // Main runs root on the process's arguments and exits with its status.

@@ -38,6 +38,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -211,18 +212,11 @@ func (m *Manager) startedLeading(ctx context.Context) {
 		return
 	}
 	m.cfg.Log.V(1).Info("leading: reconciling", "manager", m.String())
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if m.leading.Load() {
-				m.reconciles.Add(1)
-			}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		if m.leading.Load() {
+			m.reconciles.Add(1)
 		}
-	}
+	}, 50*time.Millisecond)
 }
 
 // exitWith ends the incarnation: the first reason is kept.
