@@ -28,8 +28,6 @@ const (
 	mclLeaseSeconds = 3
 )
 
-var teams = []string{"team-a", "team-b", "team-c"}
-
 func mcls(user string, groups ...string) dynamic.ResourceInterface {
 	dyn, err := dynamic.NewForConfig(impersonating(user, "", groups...))
 	Expect(err).NotTo(HaveOccurred())

@@ -196,22 +196,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("specSame", and(append([]string{"request.operation == 'UPDATE'"}, same...)...))
 	add("metadataOnly", and(v("specSame"), v("oldDesignated")+" == "+v("newDesignated")))
 	if !c.lease() {
-		// policy's sharedRenewal: a plain renewal of a MultiClusterLease,
-		// which I2 does not judge (docs/design.md §4).
-		plain := []string{"request.operation == 'UPDATE'", "request.?subResource.orValue('') == ''",
-			v("oldHolderIdentity") + " != ''", v("oldRenewTime") + ".hasValue()", v("newRenewTime") + ".hasValue()"}
-		for _, f := range c.stringFields() {
-			plain = append(plain, v(field("old", f))+" == "+v(field("new", f)))
-		}
-		for _, f := range c.intFields() {
-			o, n := v(field("old", f)+"Raw"), v(field("new", f)+"Raw")
-			plain = append(plain, o+" == "+n, o+" >= 0", o+" <= "+maxInt32)
-		}
-		// The designation may change: designationFailure judges that.
-		plain = append(plain,
-			"object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])",
-			"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
-		add("sharedRenewal", and(plain...))
+		add("sharedRenewal", c.sharedRenewal())
 	}
 	add("ownerReferencesSame", "request.operation == 'UPDATE' && object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
 	add("ownershipChanged", "request.operation == 'UPDATE' && !("+v("ownerReferencesSame")+" && object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]))")
@@ -250,6 +235,25 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("designatedRelative", relative(v("oldDesignated")))
 	add("fixedRelative", relative(quote(r.FixedManager)))
 	return out
+}
+
+// sharedRenewal is policy's sharedRenewal: a plain renewal of a
+// MultiClusterLease, which I2 does not judge (docs/design.md §4).
+func (c *vapCEL) sharedRenewal() string {
+	plain := []string{"request.operation == 'UPDATE'", "request.?subResource.orValue('') == ''",
+		v("oldHolderIdentity") + " != ''", v("oldRenewTime") + ".hasValue()", v("newRenewTime") + ".hasValue()"}
+	for _, f := range c.stringFields() {
+		plain = append(plain, v(field("old", f))+" == "+v(field("new", f)))
+	}
+	for _, f := range c.intFields() {
+		o, n := v(field("old", f)+"Raw"), v(field("new", f)+"Raw")
+		plain = append(plain, o+" == "+n, o+" >= 0", o+" <= "+maxInt32)
+	}
+	// The designation may change: designationFailure judges that.
+	plain = append(plain,
+		"object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])",
+		"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
+	return and(plain...)
 }
 
 // clockVariables render the server's clock. On CREATE it is

@@ -167,10 +167,8 @@ func (c *check) mainResource() Decision {
 	// sends it: designation decides who writes, never who leads, so such a
 	// renewal is never refused for who sent it (sharedRenewal).
 	shared := c.sharedRenewal()
-	if !shared {
-		if d, ok := c.designated(metadataOnly); !ok {
-			return d
-		}
+	if d, ok := c.designatedUnlessShared(shared, metadataOnly); !ok {
+		return d
 	}
 	if req.Operation == Delete {
 		return c.allowed()
@@ -239,6 +237,15 @@ func (c *check) designationChange() (Decision, bool) {
 			"may not take over the designation of", "designated: "+c.relative(old.Designated)+", "+c.staleIn(old)), false
 	}
 	return Decision{}, true
+}
+
+// designatedUnlessShared is designated, but for a shared renewal, which
+// any manager may send.
+func (c *check) designatedUnlessShared(shared, ownership bool) (Decision, bool) {
+	if shared {
+		return Decision{}, true
+	}
+	return c.designated(ownership)
 }
 
 // designated enforces I2 against the stored designation. ownership says the

@@ -58,6 +58,7 @@ func TestPlainServersBoundWhatClientsHold(t *testing.T) {
 		t.Fatalf("response %v, %v", resp, err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	start := time.Now()
 	if _, err := r.ReadByte(); err != io.EOF {
@@ -77,7 +78,11 @@ func TestPlainServersBoundWhatClientsHold(t *testing.T) {
 		_, _ = io.WriteString(big, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("a", 1<<20)+"\r\n\r\n")
 	}()
 	resp, err = http.ReadResponse(bufio.NewReader(big), nil)
-	if err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Fatalf("a 1 MiB header: %v, %v; want 431", resp, err)
+	if err != nil {
+		t.Fatalf("a 1 MiB header: %v; want 431", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a 1 MiB header: HTTP %d, want 431", resp.StatusCode)
 	}
 }
