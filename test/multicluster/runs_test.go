@@ -201,9 +201,9 @@ type run struct {
 // Ginkgo orders containers defined at one code location by their text: the
 // names are numbered.
 var runs = []run{
-	{name: "run 1", admission: admissionNone, steady: steadyFor(60 * time.Second)},
+	{name: "run 1", admission: admissionNone, steady: steadyFor(30 * time.Second)},
 	{name: "run 2", admission: admissionShipped, steady: steadyFor(2 * time.Minute)},
-	{name: "run 3", admission: admissionWebhookCoalescing, steady: steadyFor(60 * time.Second)},
+	{name: "run 3", admission: admissionWebhookCoalescing, steady: steadyFor(30 * time.Second)},
 }
 
 // steadyFor is d, or MULTICLUSTER_STEADY when set (for quicker runs while
