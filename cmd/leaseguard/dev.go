@@ -28,6 +28,7 @@ import (
 	"github.com/leaseguard/leaseguard/config"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
 	"github.com/leaseguard/leaseguard/internal/devexamples"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/server"
 )
 
@@ -99,6 +100,10 @@ an admin kubeconfig and runs until interrupted, then removes what it started.`,
 
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		client, err := kubernetes.NewForConfig(cp.Config)
+		if err != nil {
+			return err
+		}
 		ready := make(chan struct{})
 		serveErr := make(chan error, 1)
 		go func() {
@@ -109,6 +114,9 @@ an admin kubeconfig and runs until interrupted, then removes what it started.`,
 				Namespace: "leaseguard-system",
 				Certs:     &certs.FileSource{Dir: cp.WebhookCertDir},
 				Log:       log, Ready: func() { close(ready) },
+				// Edits of the policy file re-render the webhook
+				// configurations, as in a cluster.
+				ManageConfiguration: &server.ManageConfiguration{Client: client, Prefix: manifests.Defaults().Prefix},
 			})
 		}()
 		select {

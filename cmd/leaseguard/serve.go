@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/internal/cli"
+	"github.com/leaseguard/leaseguard/webhook/configsync"
 	"github.com/leaseguard/leaseguard/webhook/server"
 )
 
@@ -20,6 +22,8 @@ func newServeCommand() *cobra.Command {
 	files := &certs.FileSource{}
 	self := &certs.SelfManaged{}
 	var certMode, serviceName, kubeconfig string
+	var manageConfig bool
+	var resync time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the webhook server",
@@ -45,9 +49,11 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	fs.StringVar(&self.SecretName, "ca-secret-name", "leaseguard-ca", "self-managed: the Secret in --namespace holding the CA")
 	fs.StringVar(&serviceName, "webhook-service-name", "leaseguard-webhook-service", "self-managed: the webhook Service, whose DNS names the certificate carries")
 	fs.StringSliceVar(&self.DNSNames, "dns-name", nil, "self-managed: DNS names of the serving certificate (default: the Service's names)")
-	fs.StringVar(&self.ValidatingWebhook, "validating-webhook-configuration", "leaseguard-validating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
+	fs.StringVar(&self.ValidatingWebhook, "validating-webhook-configuration", "leaseguard-validating-webhook-configuration", "leaseguard's validating webhook configuration: the one whose caBundle (self-managed) and webhooks (--manage-webhook-configurations) are kept current; its name gives the mutating configuration's and the coalescing policy's prefix")
 	fs.StringVar(&self.MutatingWebhook, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed: kubeconfig (default: in-cluster)")
+	fs.BoolVar(&manageConfig, "manage-webhook-configurations", false, "keep the webhooks of leaseguard's configurations (and its coalescing policy) the rendering of the policy in force, on every reload (needs get and update on them; docs/design.md §5)")
+	fs.DurationVar(&resync, "webhook-configurations-resync", time.Minute, "--manage-webhook-configurations: how often a configuration rendered from the policy in force is checked for edits by others")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed and --manage-webhook-configurations: kubeconfig (default: in-cluster)")
 	fs.DurationVar(&self.LeafDuration, "leaf-duration", 7*24*time.Hour, "self-managed: lifetime of the serving certificate (renewed at two thirds)")
 	fs.DurationVar(&self.CADuration, "ca-duration", 365*24*time.Hour, "self-managed: lifetime of the CA (longer than --leaf-duration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
@@ -59,6 +65,21 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.Log = newLogger().WithName("leaseguard")
+		if manageConfig {
+			prefix, err := configsync.PrefixOf(self.ValidatingWebhook)
+			if err != nil {
+				return cli.Usage(fmt.Errorf("--manage-webhook-configurations: %w", err))
+			}
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return fmt.Errorf("--manage-webhook-configurations needs the API server: %w", err)
+			}
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			o.ManageConfiguration = &server.ManageConfiguration{Client: client, Prefix: prefix, Resync: resync}
+		}
 		switch certMode {
 		case "cert-manager", "files":
 			o.Certs = files

@@ -267,8 +267,7 @@ resources:
 				// generated ConfigMap and the self-managed RBAC.
 				switch key(o) {
 				case "ConfigMap/leaseguard-system/leaseguard-policy",
-					"Role/leaseguard-system/leaseguard-ca", "RoleBinding/leaseguard-system/leaseguard-ca",
-					"ClusterRole//leaseguard-cabundle", "ClusterRoleBinding//leaseguard-cabundle":
+					"Role/leaseguard-system/leaseguard-ca", "RoleBinding/leaseguard-system/leaseguard-ca":
 					dropLabel(o, "app.kubernetes.io/name")
 				}
 			}

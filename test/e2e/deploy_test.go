@@ -159,7 +159,7 @@ var _ = Describe("the deployable package", func() {
 		text := string(rendered)
 		for _, want := range []string{"runAsNonRoot: true", "readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false",
 			"- ALL", "type: RuntimeDefault", "replicas: 2", "podAntiAffinity", "kind: PodDisruptionBudget",
-			"cert-manager.io/inject-ca-from: leaseguard-system/leaseguard-serving-cert", "automountServiceAccountToken: false"} {
+			"cert-manager.io/inject-ca-from: leaseguard-system/leaseguard-serving-cert", "- --manage-webhook-configurations"} {
 			Expect(text).To(ContainSubstring(want))
 		}
 	})

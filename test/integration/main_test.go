@@ -64,7 +64,9 @@ func run(m *testing.M) (int, error) {
 	if admin, err = kubernetes.NewForConfig(cp.Config); err != nil {
 		return 0, err
 	}
-	if guard, err = cp.StartLeaseguard(binary, policyPath); err != nil {
+	// As shipped: leaseguard keeps its webhook configurations the
+	// rendering of the policy in force.
+	if guard, err = cp.StartLeaseguard(binary, policyPath, "--manage-webhook-configurations", "--kubeconfig", kubeconfig, "--webhook-configurations-resync", "2s"); err != nil {
 		return 0, err
 	}
 	defer guard.Stop()

@@ -108,6 +108,10 @@ func webhooksPatch(cfg any, kind, name string, known []string) (patchDoc, error)
 		return nil, err
 	}
 	out := patchRef(kind, name)
+	if meta, ok := m["metadata"].(patchDoc); ok && meta["annotations"] != nil {
+		// How it was rendered (RenderedWith), for configsync.
+		out["metadata"].(patchDoc)["annotations"] = meta["annotations"]
+	}
 	var list []any
 	present := map[string]bool{}
 	hooks, _ := m["webhooks"].([]any)

@@ -81,6 +81,43 @@ type Rendered struct {
 	Notes []string
 }
 
+// The annotations of the validating webhook configuration that record the
+// install's choices, so that leaseguard, re-rendering the configuration for
+// a new policy (package configsync), renders what the install chose.
+const (
+	CoalesceAnnotation = "leaseguard.io/coalesce"
+	FailOpenAnnotation = "leaseguard.io/fail-open"
+)
+
+func (g *generator) renderedWith() map[string]string {
+	a := map[string]string{CoalesceAnnotation: string(g.o.Coalescing)}
+	if g.o.FailOpen {
+		a[FailOpenAnnotation] = "true"
+	}
+	return a
+}
+
+// RenderedWith returns the coalescing mode and failure mode a validating
+// webhook configuration was rendered with, from its annotations.
+func RenderedWith(annotations map[string]string) (Coalescing, bool, error) {
+	c := Coalescing(annotations[CoalesceAnnotation])
+	switch c {
+	case CoalesceInAPIServer, CoalesceInWebhook, CoalesceOff:
+	case "":
+		return "", false, fmt.Errorf("annotation %s is missing: not rendered by this version of leaseguard manifests", CoalesceAnnotation)
+	default:
+		return "", false, fmt.Errorf("annotation %s is %q: want %q, %q or %q", CoalesceAnnotation, c, CoalesceInAPIServer, CoalesceInWebhook, CoalesceOff)
+	}
+	switch annotations[FailOpenAnnotation] {
+	case "", "false":
+		return c, false, nil
+	case "true":
+		return c, true, nil
+	default:
+		return "", false, fmt.Errorf("annotation %s is %q: want \"true\" or none", FailOpenAnnotation, annotations[FailOpenAnnotation])
+	}
+}
+
 // Names of the webhooks, as the API server reports them in denials
 // (admission webhook "validate.leases.leaseguard.io" denied the request).
 const (
@@ -311,8 +348,9 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
 	updates := []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: g.o.Prefix + "-validating-webhook-configuration", Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
+		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: g.o.Prefix + "-validating-webhook-configuration", Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"},
+			Annotations: g.renderedWith()},
 	}
 	if g.o.FailOpen {
 		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, admission.ValidatePath, &ignore, all, true,

@@ -27,6 +27,8 @@ type Recorder struct {
 	reviewBytes        *prometheus.HistogramVec
 	policyReloads      *prometheus.CounterVec
 	policyValid        prometheus.Gauge
+	configInSync       prometheus.Gauge
+	configUpdates      prometheus.Counter
 }
 
 // New builds the collectors and registers them with reg.
@@ -78,6 +80,14 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		policyValid: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leaseguard_policy_file_valid",
 			Help: "1 when the policy file on disk is the one being enforced, 0 when it is invalid and the last good policy is kept.",
+		}),
+		configInSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leaseguard_admission_configuration_in_sync",
+			Help: "1 when leaseguard's webhook configurations (and coalescing policy) are the rendering of the policy in force, 0 when keeping them so failed (--manage-webhook-configurations; absent when off).",
+		}),
+		configUpdates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseguard_admission_configuration_updates_total",
+			Help: "Writes of leaseguard's admission configuration to follow the policy in force (--manage-webhook-configurations).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.acknowledged, r.reviewBytes, r.policyReloads, r.policyValid} {
@@ -168,4 +178,27 @@ func (r *Recorder) PolicyLoaded() {
 	if r != nil {
 		r.policyValid.Set(1)
 	}
+}
+
+// ManageAdmissionConfiguration registers the collectors of the admission
+// configuration sync, so that they exist only where it runs.
+func (r *Recorder) ManageAdmissionConfiguration(reg prometheus.Registerer) error {
+	if err := reg.Register(r.configInSync); err != nil {
+		return err
+	}
+	return reg.Register(r.configUpdates)
+}
+
+// AdmissionConfigurationSync records the outcome of one sync of the
+// admission configuration with the policy in force.
+func (r *Recorder) AdmissionConfigurationSync(inSync bool, updated int) {
+	if r == nil {
+		return
+	}
+	if inSync {
+		r.configInSync.Set(1)
+	} else {
+		r.configInSync.Set(0)
+	}
+	r.configUpdates.Add(float64(updated))
 }

@@ -3,6 +3,9 @@ package policyfile
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +25,11 @@ type Store struct {
 	path    string
 	opts    policy.CompileOptions
 	current atomic.Pointer[policy.Policy]
+	// inForce pairs the policy in force with the SHA-256 of its file.
+	inForce atomic.Pointer[loaded]
+	// changed is closed, and replaced, each time a new policy is swapped in.
+	mu      sync.Mutex
+	changed chan struct{}
 	// data is the file content in force; seen the content last read, when
 	// seenOK says the last read succeeded.
 	data   []byte
@@ -40,9 +48,34 @@ func NewStore(path string, opts policy.CompileOptions, log logr.Logger, rec Relo
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, opts: opts, data: data, seen: data, seenOK: true, log: log, rec: rec}
+	s := &Store{path: path, opts: opts, data: data, seen: data, seenOK: true, log: log, rec: rec, changed: make(chan struct{})}
 	s.current.Store(p)
+	s.inForce.Store(&loaded{p, digest(data)})
 	return s, nil
+}
+
+type loaded struct {
+	policy *policy.Policy
+	sha256 string
+}
+
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// InForce returns the policy in force and the hex SHA-256 of its file.
+func (s *Store) InForce() (*policy.Policy, string) {
+	l := s.inForce.Load()
+	return l.policy, l.sha256
+}
+
+// Changed returns a channel that is closed when a new policy is swapped in
+// (take a new one after it is).
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // Policy returns the policy in force.
@@ -109,7 +142,12 @@ func (s *Store) Reload() {
 	}
 	s.data = data
 	s.current.Store(p)
+	s.inForce.Store(&loaded{p, digest(data)})
 	s.lastErr.Store(nil)
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
 	s.log.Info("policy reloaded", "path", s.path, "rules", len(p.Rules))
 	if s.rec != nil {
 		s.rec.PolicyReload(true)

@@ -359,3 +359,34 @@ func TestReloadMissingThenEmpty(t *testing.T) {
 	}
 	rec.want(t, false, false)
 }
+
+func TestChangedIsClosedOnlyWhenANewPolicyIsSwappedIn(t *testing.T) {
+	s, path, _ := newTestStore(t, policyWithRule("first"))
+	_, before := s.InForce()
+	changed := s.Changed()
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	writeFile(t, path, invalidPolicy)
+	s.Reload()
+	if closed(changed) {
+		t.Fatal("an invalid file signalled a change: the policy in force did not change")
+	}
+	writeFile(t, path, policyWithRule("second"))
+	s.Reload()
+	if !closed(changed) {
+		t.Fatal("a new valid policy did not close Changed()")
+	}
+	p, after := s.InForce()
+	if p.Rules[0].Name != "second" || after == before || len(after) != 64 {
+		t.Errorf("InForce() = rule %s, sha %q (before %q): want the new policy and a new SHA-256", p.Rules[0].Name, after, before)
+	}
+	if closed(s.Changed()) {
+		t.Error("the next Changed() channel is already closed")
+	}
+}

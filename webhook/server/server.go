@@ -19,12 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/configsync"
 	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
@@ -66,6 +68,19 @@ type Options struct {
 	// write unseen. Answering with "Connection: close" ends each connection
 	// after a completed request instead. Zero stops at once.
 	ShutdownDrain time.Duration
+	// ManageConfiguration, when set, keeps leaseguard's admission
+	// configuration equal to the rendering of the policy in force
+	// (package configsync).
+	ManageConfiguration *ManageConfiguration
+}
+
+// ManageConfiguration says which admission configuration leaseguard keeps.
+type ManageConfiguration struct {
+	Client kubernetes.Interface
+	// Prefix names the objects (manifests.Options.Prefix).
+	Prefix string
+	// Resync is how often drift is repaired; one minute when zero.
+	Resync time.Duration
 }
 
 // Run serves until ctx ends. It refuses to start on an invalid policy file
@@ -140,6 +155,16 @@ func Run(ctx context.Context, o Options) error {
 	g.Go(func() error { return o.Certs.Start(serveCtx) })
 	g.Go(func() error { return srv.Start(logr.NewContext(serveCtx, log)) })
 	g.Go(func() error { store.Watch(ctx, o.PolicyReloadInterval); return nil })
+	if m := o.ManageConfiguration; m != nil {
+		if err := rec.ManageAdmissionConfiguration(reg); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+		syncer := &configsync.Syncer{
+			Client: m.Client, Prefix: m.Prefix, Namespace: o.Namespace, Resync: m.Resync,
+			Policies: store, Recorder: rec, Log: log.WithName("configuration"),
+		}
+		g.Go(func() error { return syncer.Run(ctx) })
+	}
 
 	if o.MetricsBindAddress != "0" && o.MetricsBindAddress != "" {
 		// leaseguard's own metrics, and controller-runtime's webhook metrics
