@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/leaseguard/leaseguard/config"
@@ -265,13 +266,22 @@ func (c *ControlPlane) InstallAdmission(ctx context.Context, path string, mo man
 	}
 	api := cs.AdmissionregistrationV1()
 	v := rendered.Validating
-	if old, err := api.ValidatingWebhookConfigurations().Get(ctx, v.Name, metav1.GetOptions{}); err == nil {
-		v.ResourceVersion = old.ResourceVersion
-		_, err = api.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
+	// A leaseguard keeping its own configuration (--manage-webhook-
+	// configurations) may write it between the Get and the Update.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		old, err := api.ValidatingWebhookConfigurations().Get(ctx, v.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = api.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{})
+			return err
+		}
 		if err != nil {
 			return err
 		}
-	} else if _, err := api.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+		v.ResourceVersion = old.ResourceVersion
+		_, err = api.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	mutatingName := mo.Prefix + "-mutating-webhook-configuration"
