@@ -535,7 +535,9 @@ func TestTopReportsRatesHoldersAndWriters(t *testing.T) {
 			shared = &snap.Leases[i]
 		}
 	}
-	if shared == nil || len(shared.Users) != 2 || shared.Verdicts.Audit == 0 ||
+	// A shared MultiClusterLease's renewals are not rate limited (every
+	// manager of the cluster renews it): allowed, never judged too often.
+	if shared == nil || len(shared.Users) != 2 || shared.Verdicts.Allow < shared.Requests-2 || shared.Verdicts.Deny != 0 ||
 		!strings.HasPrefix(shared.Users[0].User, "system:serviceaccount:cnrm-system:cnrm-controller-manager-") {
 		t.Errorf("/debug/leases of %s/shared: %+v", topRateNS, shared)
 	}
