@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 // Source configures the serving TLS of the webhook server.
@@ -86,3 +88,32 @@ func baseOptions(clientCAFile string) ([]func(*tls.Config), error) {
 
 // minimumVersion allows TLS 1.2 and up; Go prefers 1.3 when both sides can.
 func minimumVersion(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }
+
+// ScrapeTLS is the TLS of leaseguard's metrics and debug port: the
+// webhook's own serving certificate (the same source, rotated alike), TLS
+// 1.2 at least, HTTP/1.1 only, and no client certificate asked for, since
+// scrapers authenticate with a bearer token the API server reviews. Run
+// the returned function until the server stops: for files, it re-reads
+// them on change, as the webhook's watcher does.
+func ScrapeTLS(src Source) (*tls.Config, func(context.Context) error, error) {
+	opts, err := src.TLSOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := &tls.Config{}
+	for _, o := range opts {
+		o(cfg)
+	}
+	cfg.ClientAuth, cfg.ClientCAs = tls.NoClientCert, nil
+	cfg.NextProtos = []string{"http/1.1"}
+	if cfg.GetCertificate != nil {
+		return cfg, func(context.Context) error { return nil }, nil
+	}
+	dir, certName, keyName := src.Files()
+	w, err := certwatcher.New(filepath.Join(dir, certName), filepath.Join(dir, keyName))
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics serving certificate: %w", err)
+	}
+	cfg.GetCertificate = w.GetCertificate
+	return cfg, w.Start, nil
+}

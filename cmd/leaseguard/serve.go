@@ -22,7 +22,7 @@ func newServeCommand() *cobra.Command {
 	files := &certs.FileSource{}
 	self := &certs.SelfManaged{}
 	var certMode, serviceName, kubeconfig string
-	var manageConfig bool
+	var manageConfig, metricsSecure bool
 	var resync time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -53,10 +53,11 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	fs.StringVar(&self.MutatingWebhook, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
 	fs.BoolVar(&manageConfig, "manage-webhook-configurations", false, "keep the webhooks of leaseguard's configurations (and its coalescing policy) the rendering of the policy in force, on every reload (needs get and update on them; docs/design.md §5)")
 	fs.DurationVar(&resync, "webhook-configurations-resync", time.Minute, "--manage-webhook-configurations: how often a configuration rendered from the policy in force is checked for edits by others")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed and --manage-webhook-configurations: kubeconfig (default: in-cluster)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed, --manage-webhook-configurations and --metrics-secure: kubeconfig (default: in-cluster)")
 	fs.DurationVar(&self.LeafDuration, "leaf-duration", 7*24*time.Hour, "self-managed: lifetime of the serving certificate (renewed at two thirds)")
 	fs.DurationVar(&self.CADuration, "ca-duration", 365*24*time.Hour, "self-managed: lifetime of the CA (longer than --leaf-duration)")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `address of /metrics and /debug/leases ("0" disables)`)
+	fs.BoolVar(&metricsSecure, "metrics-secure", true, "serve /metrics and /debug/leases over TLS (the serving certificate) to bearer tokens the API server authenticates and authorizes (get on the URL: ClusterRoles leaseguard-metrics-reader, leaseguard-debug-reader); false serves plain HTTP to anyone who can reach the port")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
 	fs.DurationVar(&o.ShutdownDrain, "shutdown-drain", 3*time.Second, "after SIGTERM, keep answering this long with Connection: close before stopping, so the API server's pooled connections end cleanly")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "serve HTTP/2 on the webhook port (off: HTTP/2 rapid-reset and stream cancellation CVEs)")
@@ -96,6 +97,13 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 			o.Certs = self
 		default:
 			return cli.Usage(fmt.Errorf(`--cert-mode %q: want "cert-manager", "files" or "self-managed"`, certMode))
+		}
+		if metricsSecure && o.MetricsBindAddress != "0" && o.MetricsBindAddress != "" {
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return fmt.Errorf("--metrics-secure needs the API server to review scrapers' tokens (--metrics-secure=false serves plain HTTP without authentication): %w", err)
+			}
+			o.MetricsAuth = cfg
 		}
 		return server.Run(ctrl.SetupSignalHandler(), o)
 	}

@@ -344,7 +344,15 @@ func (c *ControlPlane) CAData() []byte { return c.Env.WebhookInstallOptions.Loca
 
 // WriteKubeconfig writes a kubeconfig for a system:masters user to path.
 func (c *ControlPlane) WriteKubeconfig(path string) error {
-	user, err := c.Env.AddUser(envtest.User{Name: "leaseguard-admin", Groups: []string{"system:masters"}}, nil)
+	return c.WriteKubeconfigFor(path, "leaseguard-admin", "system:masters")
+}
+
+// WriteKubeconfigFor writes a kubeconfig for the user name (a client
+// certificate) to path. RBAC treats a name of the form
+// system:serviceaccount:<ns>:<name> as that service account, so a process
+// run with it has exactly the permissions the shipped roles give it.
+func (c *ControlPlane) WriteKubeconfigFor(path, name string, groups ...string) error {
+	user, err := c.Env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -82,11 +83,19 @@ func (c *ControlPlane) StartLeaseguard(binary, policyPath string, extraArgs ...s
 		"--health-probe-bind-address", probeAddr,
 		"--policy-reload-interval", "200ms",
 	}, extraArgs...)
+	// Plain metrics unless the test asks for the shipped, secured port
+	// (which it then reads with a token of its own).
+	scheme := "http"
+	if slices.Contains(extraArgs, "--metrics-secure") || slices.Contains(extraArgs, "--metrics-secure=true") {
+		scheme = "https"
+	} else {
+		args = append(args[:1], append([]string{"--metrics-secure=false"}, args[1:]...)...)
+	}
 	l := &Leaseguard{
 		cmd:        exec.Command(binary, args...),
 		done:       make(chan struct{}),
 		log:        &SyncBuffer{},
-		MetricsURL: "http://" + metricsAddr + "/metrics",
+		MetricsURL: scheme + "://" + metricsAddr + "/metrics",
 		ReadyURL:   "http://" + probeAddr + "/readyz",
 	}
 	l.cmd.Stdout, l.cmd.Stderr = l.log, l.log

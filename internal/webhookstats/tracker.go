@@ -32,7 +32,7 @@ const maxBody = 16 << 20
 func ParseURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("--webhook-stats %q: want the http(s) address of a webhook replica's metrics port, such as http://127.0.0.1:8080", s)
+		return "", fmt.Errorf("--webhook-stats %q: want the http(s) address of a webhook replica's metrics port, such as https://127.0.0.1:8443", s)
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = leasestats.Path

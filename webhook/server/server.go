@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -38,8 +39,16 @@ type Options struct {
 	// WebhookHost and WebhookPort are where the API server calls.
 	WebhookHost string
 	WebhookPort int
-	// MetricsBindAddress serves /metrics; "0" disables it.
+	// MetricsBindAddress serves /metrics and /debug/leases; "0" disables it.
 	MetricsBindAddress string
+	// MetricsAuth, when set, serves that port over TLS (the webhook's
+	// serving certificate) to clients the API server behind it
+	// authenticates (TokenReview) and authorizes (SubjectAccessReview: get
+	// on the non-resource URL, e.g. /metrics), the kubebuilder way:
+	// /debug/leases names users and leases, and anyone able to reach a pod
+	// could read it otherwise. Nil serves plain HTTP to anyone (local
+	// development, loopback only).
+	MetricsAuth *rest.Config
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables it.
 	HealthProbeBindAddress string
 	// PolicyFile is the LeasePolicy to enforce; PolicyReloadInterval how often
@@ -173,7 +182,16 @@ func Run(ctx context.Context, o Options) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: promLogger{log}}))
 		mux.Handle(leasestats.Path, leaseStats)
-		g.Go(func() error { return serveHTTP(ctx, o.MetricsBindAddress, mux) })
+		if o.MetricsAuth == nil {
+			g.Go(func() error { return serveHTTP(ctx, o.MetricsBindAddress, mux, nil) })
+		} else {
+			handler, tlsConfig, watch, err := secureMetrics(o.MetricsAuth, o.Certs, mux, log.WithName("metrics"))
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return watch(serveCtx) })
+			g.Go(func() error { return serveHTTP(ctx, o.MetricsBindAddress, handler, tlsConfig) })
+		}
 	}
 	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
 		g.Go(func() error { return serveProbes(ctx, o.HealthProbeBindAddress, srv) })
@@ -204,7 +222,22 @@ func serveProbes(ctx context.Context, addr string, srv webhook.Server) error {
 	// Readiness follows the webhook's TLS listener only: an invalid policy
 	// reload keeps the last good policy serving, so it does not unready.
 	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{"webhook": srv.StartedChecker()}}))
-	return serveHTTP(ctx, addr, mux)
+	return serveHTTP(ctx, addr, mux, nil)
+}
+
+// secureMetrics puts h behind token authentication and authorization by
+// cfg's API server (withTokenAuth) and returns the TLS it is served with
+// (certs.ScrapeTLS) and its certificate watcher.
+func secureMetrics(cfg *rest.Config, src certs.Source, h http.Handler, log logr.Logger) (http.Handler, *tls.Config, func(context.Context) error, error) {
+	secured, err := withTokenAuth(cfg, h, log)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("metrics authentication: %w", err)
+	}
+	tlsConfig, watch, err := certs.ScrapeTLS(src)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return secured, tlsConfig, watch, nil
 }
 
 // Bounds of the metrics and probe servers (docs/security.md): a scrape or
@@ -225,7 +258,9 @@ const (
 	plainMaxConnections = 256
 )
 
-func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+// serveHTTP serves h at addr within the bounds above, over TLS when
+// tlsConfig is set (HTTP/1.1 only: an empty TLSNextProto turns HTTP/2 off).
+func serveHTTP(ctx context.Context, addr string, h http.Handler, tlsConfig *tls.Config) error {
 	hs := &http.Server{
 		Addr:              addr,
 		Handler:           h,
@@ -240,6 +275,10 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
 		return err
 	}
 	ln = netutil.LimitListener(ln, plainMaxConnections)
+	if tlsConfig != nil {
+		hs.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		ln = tls.NewListener(ln, tlsConfig)
+	}
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

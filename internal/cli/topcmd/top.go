@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -39,6 +41,7 @@ type topOptions struct {
 	resource, output, sort   string
 	policyPath, ownNamespace string
 	webhookStats             []string
+	statsClient              webhookstats.ClientOptions
 	window, interval         time.Duration
 	limit                    int
 }
@@ -91,7 +94,10 @@ usage or unreadable input (flags, --policy, the kubeconfig).`,
 	fs.IntVar(&o.limit, "limit", 0, "list at most this many leases (totals count all); 0 lists all")
 	fs.StringVar(&o.policyPath, "policy", "", "LeasePolicy file to project onto the observed writes")
 	fs.StringVar(&o.ownNamespace, "leaseguard-namespace", "leaseguard-system", "leaseguard's own namespace, for validating --policy")
-	fs.StringSliceVar(&o.webhookStats, "webhook-stats", nil, "http(s) address of a webhook replica's metrics port (repeat for each replica, e.g. through kubectl port-forward): show what the webhook judged per lease and the users behind it")
+	fs.StringSliceVar(&o.webhookStats, "webhook-stats", nil, "https address of a webhook replica's metrics port (repeat for each replica, e.g. through kubectl port-forward): show what the webhook judged per lease and the users behind it (needs get on /debug/leases: ClusterRole leaseguard-debug-reader)")
+	fs.StringVar(&o.statsClient.Token, "webhook-stats-token", "", "--webhook-stats: bearer token to send (default: the kubeconfig's; e.g. $(kubectl create token NAME) of a service account bound to leaseguard-debug-reader)")
+	fs.StringVar(&o.statsClient.WebhookConfiguration, "webhook-configuration", "leaseguard-validating-webhook-configuration", "--webhook-stats: leaseguard's validating webhook configuration, whose caBundle and service name verify the metrics port's certificate")
+	fs.BoolVar(&o.statsClient.InsecureSkipVerify, "webhook-stats-insecure-skip-tls-verify", false, "--webhook-stats: do not verify the metrics port's certificate (the token is still sent)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runTop(cmd, o) }
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
 	return cmd
@@ -203,6 +209,13 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 	var tracker *webhookstats.Tracker
 	if len(s.webhookStats) > 0 {
 		tracker = &webhookstats.Tracker{URLs: s.webhookStats, Window: o.window}
+		// A token goes only over HTTPS: plain addresses (leaseguard dev,
+		// --metrics-secure=false) are read without one.
+		if slices.ContainsFunc(s.webhookStats, func(u string) bool { return strings.HasPrefix(u, "https://") }) {
+			if tracker.Client, err = webhookstats.NewClient(ctx, cfg, o.statsClient); err != nil {
+				return err
+			}
+		}
 		if err := tracker.Poll(ctx, time.Now()); err != nil {
 			return err
 		}

@@ -11,8 +11,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -30,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/leaseguard/leaseguard/test/cluster/clustertest"
 	"github.com/leaseguard/leaseguard/test/cluster/localcluster"
 )
 
@@ -48,6 +47,8 @@ type cluster struct {
 	assets string
 	config *rest.Config
 	admin  kubernetes.Interface
+	// metrics reads the replicas' metrics port.
+	metrics *scraper
 }
 
 func TestFaults(t *testing.T) {
@@ -67,6 +68,8 @@ func TestFaults(t *testing.T) {
 
 	c.waitDeploymentAvailable(t, 2, nil)
 	c.prepareNamespaces(t)
+	c.metrics = c.newScraper(t)
+	t.Run("the metrics port needs a bound token", func(t *testing.T) { c.checkMetricsAccess(t, c.metrics) })
 	w := startWorkload(t, c.admin, c.config)
 	defer w.stop()
 
@@ -436,8 +439,8 @@ func (c *cluster) editPolicy(t *testing.T) (first, all time.Duration, perPod str
 	pods := c.pods(t)
 	reloads := map[string]float64{}
 	for _, p := range pods {
-		if reloads[p.Name] = podReloads(p.Status.PodIP); reloads[p.Name] < 0 {
-			t.Fatalf("cannot read the metrics of pod %s at %s:8080", p.Name, p.Status.PodIP)
+		if reloads[p.Name] = c.metrics.reloads(p.Status.PodIP); reloads[p.Name] < 0 {
+			t.Fatalf("cannot read the metrics of pod %s at %s:%s", p.Name, p.Status.PodIP, metricsPort)
 		}
 	}
 
@@ -463,7 +466,7 @@ func (c *cluster) editPolicy(t *testing.T) (first, all time.Duration, perPod str
 			first = time.Since(edit)
 		}
 		for _, p := range pods {
-			if _, done := podTook[p.Name]; !done && podReloads(p.Status.PodIP) > reloads[p.Name] {
+			if _, done := podTook[p.Name]; !done && c.metrics.reloads(p.Status.PodIP) > reloads[p.Name] {
 				podTook[p.Name] = time.Since(edit)
 			}
 		}
@@ -483,41 +486,8 @@ func (c *cluster) editPolicy(t *testing.T) (first, all time.Duration, perPod str
 	return first, all, strings.Join(parts, " and ")
 }
 
-// podReloads reads leaseguard_policy_reloads_total{result="success"} from a
-// pod's metrics port (-1 when unreadable).
-func podReloads(ip string) float64 {
-	client := http.Client{Timeout: 2 * time.Second}
-	resp, err := client.Get("http://" + ip + ":8080/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == `leaseguard_policy_reloads_total{result="success"}` {
-			var v float64
-			if _, err := fmt.Sscan(f[1], &v); err == nil {
-				return v
-			}
-		}
-	}
-	return 0
-}
-
+// waitUntil is clustertest.WaitUntil.
 func waitUntil(t *testing.T, what string, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	clustertest.WaitUntil(t, what, timeout, check)
 }

@@ -1,0 +1,159 @@
+package faults
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// scraper reads a replica's metrics port as Prometheus does: HTTPS,
+// verified against the CA in leaseguard's webhook configuration (the port
+// serves the webhook's certificate), with a bound service account token.
+type scraper struct {
+	client *http.Client
+	// token is bound to ClusterRole leaseguard-metrics-reader (as shipped);
+	// stranger's service account is bound to nothing.
+	token, stranger string
+}
+
+const (
+	metricsPort    = "8443"
+	scraperSA      = "metrics-scraper"
+	strangerSA     = "metrics-stranger"
+	scraperBinding = "leaseguard-faults-metrics-reader"
+)
+
+// newScraper creates the two service accounts in e2eNS, binds the scraper
+// to the shipped leaseguard-metrics-reader, and requests their tokens.
+func (c *cluster) newScraper(t *testing.T) *scraper {
+	t.Helper()
+	ctx := context.Background()
+	vwc, err := c.admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "leaseguard-validating-webhook-configuration", metav1.GetOptions{})
+	if err != nil || len(vwc.Webhooks) == 0 {
+		t.Fatalf("leaseguard's validating webhook configuration (for the CA of its serving certificate): %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(vwc.Webhooks[0].ClientConfig.CABundle) {
+		t.Fatal("leaseguard's validating webhook configuration has no caBundle")
+	}
+	s := &scraper{client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: "leaseguard-webhook-service." + lgNS + ".svc", MinVersion: tls.VersionTLS12,
+	}}}}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: scraperBinding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "leaseguard-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: scraperSA, Namespace: e2eNS}},
+	}
+	if _, err := c.admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), scraperBinding, metav1.DeleteOptions{})
+	})
+	for _, sa := range []struct {
+		name  string
+		token *string
+	}{{scraperSA, &s.token}, {strangerSA, &s.stranger}} {
+		_, err := c.admin.CoreV1().ServiceAccounts(e2eNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa.name}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		tr, err := c.admin.CoreV1().ServiceAccounts(e2eNS).CreateToken(ctx, sa.name, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a token for service account %s/%s: %v", e2eNS, sa.name, err)
+		}
+		*sa.token = tr.Status.Token
+	}
+	return s
+}
+
+// get returns the status code and body of path on a pod's metrics port,
+// sent with token (none when empty).
+func (s *scraper) get(ip, path, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, "https://"+ip+":"+metricsPort+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode, string(data), err
+}
+
+// reloads reads leaseguard_policy_reloads_total{result="success"} from a
+// pod (-1 when unreadable).
+func (s *scraper) reloads(ip string) float64 {
+	code, body, err := s.get(ip, "/metrics", s.token)
+	if err != nil || code != http.StatusOK {
+		return -1
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == `leaseguard_policy_reloads_total{result="success"}` {
+			var v float64
+			if _, err := fmt.Sscan(f[1], &v); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// checkMetricsAccess asserts, on every replica, what the shipped metrics
+// port answers: 401 without a token, 403 to a token the API server knows
+// but RBAC does not allow, the metrics to leaseguard-metrics-reader, and
+// /debug/leases (user and lease names) only to leaseguard-debug-reader.
+func (c *cluster) checkMetricsAccess(t *testing.T, s *scraper) {
+	t.Helper()
+	for _, p := range c.pods(t) {
+		ip := p.Status.PodIP
+		for _, tc := range []struct {
+			what, path, token string
+			want              int
+		}{
+			{"no token", "/metrics", "", http.StatusUnauthorized},
+			{"a forged token", "/metrics", "not-a-token", http.StatusUnauthorized},
+			{"a token bound to nothing", "/metrics", s.stranger, http.StatusForbidden},
+			{"a metrics reader's token", "/metrics", s.token, http.StatusOK},
+			{"a metrics reader's token", "/debug/leases", s.token, http.StatusForbidden},
+			{"no token", "/debug/leases", "", http.StatusUnauthorized},
+		} {
+			code, body, err := s.get(ip, tc.path, tc.token)
+			if err != nil || code != tc.want {
+				t.Errorf("pod %s: GET %s with %s: HTTP %d %v, want %d (%.200s)", p.Name, tc.path, tc.what, code, err, tc.want, body)
+			}
+			if code == http.StatusOK && !strings.Contains(body, "leaseguard_policy_file_valid 1") {
+				t.Errorf("pod %s: GET %s: no leaseguard_policy_file_valid 1 in %.300s", p.Name, tc.path, body)
+			}
+		}
+		// Plain HTTP is not served at all.
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + ip + ":" + metricsPort + "/metrics")
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+			resp.Body.Close()
+			if strings.Contains(string(body), "leaseguard_") {
+				t.Errorf("pod %s: plain HTTP on the metrics port served the metrics", p.Name)
+			}
+		}
+	}
+}
