@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # leaseguard in a real single-node cluster (test/cluster): bring it up from
-# binaries, install leaseguard with `make deploy` (config/e2e-self-managed,
-# image leaseguard:e2e), run the e2e suite and the fault tests against it,
-# then reinstall it with the cert-manager overlay (config/e2e; the harness
-# issues the Secret and runs cert-manager's CA injector) and run the e2e
-# suite again, and always tear it all down, also after a failure or Ctrl-C.
+# binaries, install leaseguard with its Helm chart (self-managed certificates,
+# the e2e suite's policy, image leaseguard:e2e), run the e2e suite and the
+# fault tests against it, helm upgrade and helm uninstall it
+# (test/cluster/chartinstall), then reinstall it with kustomize's
+# cert-manager overlay (config/e2e; the harness issues the Secret and runs
+# cert-manager's CA injector) and run the e2e suite again, and always tear it all down, also after a failure or Ctrl-C.
 # Prints the time of every stage.
 #
 # Usage:
@@ -88,12 +89,38 @@ teardown() {
 trap teardown EXIT
 trap 'echo "interrupted: tearing down"; overall=130; exit 130' INT TERM
 
+# The chart's arguments for the first install: self-managed certificates,
+# the e2e suite's policy and the webhook configurations the generator
+# renders for it (docs/helm.md), the image the harness loaded.
+chart_dir=$root/bin/cluster/chart
+chart_args=("$root/charts/leaseguard" -n leaseguard-system
+	--set certificates.mode=selfManaged --set image.repository=leaseguard --set image.tag=e2e
+	--set-file "policy=$root/config/e2e-policy/policy.yaml" --set-file "webhookConfigurations=$chart_dir/webhooks.yaml")
+
+helm_install() { # KUBECONFIG
+	local kubeconfig=$1
+	mkdir -p "$chart_dir"
+	(cd "$root" && go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml \
+		--namespace leaseguard-system --coalesce policy -o "$chart_dir/webhooks.yaml") || return 1
+	# The namespace as docs/helm.md creates it: restricted pod security.
+	"$assets/kubectl" --kubeconfig "$kubeconfig" apply -f - <<-EOF || return 1
+		apiVersion: v1
+		kind: Namespace
+		metadata:
+		  name: leaseguard-system
+		  labels:
+		    pod-security.kubernetes.io/enforce: restricted
+	EOF
+	"$root/bin/helm" --kubeconfig "$kubeconfig" install leaseguard "${chart_args[@]}" --wait --timeout 3m || return 1
+	"$assets/kubectl" --kubeconfig "$kubeconfig" -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
+}
+
 run_stages() {
 	stage kubernetes-binaries "$root/hack/controlplane.sh" "$assets" --node || return 1
 	stage up cluster up --assets "$assets" || return 1
 	local kubeconfig=$state/admin.kubeconfig
-	stage deploy make -C "$root" --no-print-directory deploy OVERLAY=config/e2e-self-managed IMG=leaseguard:e2e \
-		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	stage helm-build make -C "$root" --no-print-directory helm || return 1
+	stage deploy helm_install "$kubeconfig" || return 1
 	# The e2e suite, unchanged, against real Pods behind a Service. KUBECONFIG
 	# points nowhere: the suite may only use the cluster it is given.
 	stage e2e env -C "$root" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" E2E_KUBECONFIG="$kubeconfig" \
@@ -102,11 +129,14 @@ run_stages() {
 	stage faults env -C "$root/test/cluster" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" CLUSTER_STATE_DIR="$state" \
 		CLUSTER_ASSETS="$assets" FAULTS_REPORT="$report" go test -count=1 -race -timeout 15m -v ./faults/ || return 1
 
-	# The cert-manager overlay: cert-manager's images cannot be pulled here,
-	# so the harness issues the Certificate's Secret and runs cert-manager's
-	# real CA injector; then the same e2e suite again.
-	stage undeploy make -C "$root" --no-print-directory undeploy OVERLAY=config/e2e-self-managed IMG=leaseguard:e2e \
-		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
+	# What operators do next: helm upgrade (an edited policy, 3 replicas),
+	# then helm uninstall, which must leave nothing that holds up a write.
+	stage helm-upgrade-uninstall env -C "$root/test/cluster" KUBECONFIG="$root/hack/unreachable-kubeconfig.yaml" CLUSTER_STATE_DIR="$state" \
+		HELM="$root/bin/helm" KUBECTL="$assets/kubectl" LEASEGUARD_CHART_ARGS="${chart_args[*]}" go test -count=1 -race -timeout 10m -v ./chartinstall/ || return 1
+
+	# The cert-manager overlay, with kustomize: cert-manager's images cannot
+	# be pulled here, so the harness issues the Certificate's Secret and runs
+	# cert-manager's real CA injector; then the same e2e suite again.
 	stage cert-manager cluster cert-manager || return 1
 	stage deploy-cert-manager make -C "$root" --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e \
 		KUBECTL="$assets/kubectl" KUBECONFIG="$kubeconfig" || return 1
