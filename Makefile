@@ -300,6 +300,21 @@ PROMRULES := bin/promrules
 $(PROMRULES): hack/promtool/go.mod hack/promtool/go.sum $(wildcard hack/promtool/promrules/*.go)
 	cd hack/promtool && go build -o ../../$(PROMRULES) ./promrules
 
+# dashboard: leaseguard's Grafana dashboard, generated with the Grafana
+# foundation SDK (hack/dashboard, a module of its own).
+DASHBOARD := bin/dashboard
+$(DASHBOARD): hack/dashboard/go.mod hack/dashboard/go.sum $(wildcard hack/dashboard/*.go)
+	cd hack/dashboard && go build -o ../../$(DASHBOARD) .
+
+.PHONY: dashboard
+dashboard: $(DASHBOARD) ## Regenerate config/grafana/leaseguard.json (and the chart's copy) from hack/dashboard.
+	$(DASHBOARD) > config/grafana/leaseguard.json
+	cp config/grafana/leaseguard.json $(CHART)/files/dashboard.json
+
+.PHONY: dashboard-png
+dashboard-png: controlplane ## Render docs/dashboard.png: every panel's query over a real 3-minute run (test/perf/dashshot; Prometheus's engine, gonum/plot).
+	cd test/perf && go run ./dashshot -o ../../docs/dashboard.png
+
 .PHONY: helm promtool
 helm: $(HELM) ## Build bin/helm (version pinned in hack/helm/go.mod).
 promtool: $(PROMTOOL) $(PROMRULES) ## Build bin/promtool and bin/promrules (version pinned in hack/promtool/go.mod).
@@ -318,6 +333,7 @@ chart: build ## Regenerate charts/leaseguard's generated files: `leaseguard mani
 	done
 	cp config/manager/policy.yaml $(CHART)/files/policy.yaml
 	cp config/prometheus/alerts.yaml $(CHART)/files/alerts.yaml
+	cp config/grafana/leaseguard.json $(CHART)/files/dashboard.json
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 
 # Every combination of the chart's modes that `make test-chart` renders.
@@ -331,7 +347,7 @@ test-chart: $(HELM) controlplane ## helm lint and template in every mode, and te
 	@for m in $(CHART_MODES); do for c in $(CHART_COALESCING); do \
 		echo "helm template --set certificates.mode=$$m,coalescing=$$c"; \
 		$(HELM) template leaseguard $(CHART) --namespace leaseguard-system --kube-version $(K8S_VERSION) --set certificates.mode=$$m,coalescing=$$c \
-			--set serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true >/dev/null || exit 1; \
+			--set serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true >/dev/null || exit 1; \
 	done; done
 	$(TEST_ENV) HELM=$(CURDIR)/$(HELM) KUBECTL=$(KUBEBUILDER_ASSETS)/kubectl K8S_VERSION=$(K8S_VERSION) \
 		go test -count=1 -run '^TestChart' ./test/chart/
@@ -339,10 +355,10 @@ test-chart: $(HELM) controlplane ## helm lint and template in every mode, and te
 ALERTS_DIR := bin/alerts
 
 .PHONY: test-alerts
-test-alerts: $(PROMTOOL) $(PROMRULES) ## promtool check and unit tests of config/prometheus/alerts.yaml, and test/chart: the alerts name only metrics that exist.
+test-alerts: $(PROMTOOL) $(PROMRULES) $(DASHBOARD) ## promtool check and unit tests of config/prometheus/alerts.yaml, and test/chart: the alerts and the dashboard name only metrics that exist.
 	@rm -rf $(ALERTS_DIR) && mkdir -p $(ALERTS_DIR)
 	$(PROMRULES) extract config/prometheus/alerts.yaml $(ALERTS_DIR)/leaseguard.rules.yaml
 	cp config/prometheus/tests/*.yaml $(ALERTS_DIR)/
 	$(PROMTOOL) check rules $(ALERTS_DIR)/leaseguard.rules.yaml
 	cd $(ALERTS_DIR) && $(CURDIR)/$(PROMTOOL) test rules $(notdir $(wildcard config/prometheus/tests/*.yaml))
-	$(TEST_ENV) PROMRULES=$(CURDIR)/$(PROMRULES) go test -count=1 -run '^TestAlerts' ./test/chart/
+	$(TEST_ENV) PROMRULES=$(CURDIR)/$(PROMRULES) DASHBOARD=$(CURDIR)/$(DASHBOARD) go test -count=1 -run '^(TestAlerts|TestDashboard)' ./test/chart/

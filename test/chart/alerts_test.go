@@ -71,7 +71,12 @@ func (*describer) Unregister(prometheus.Collector) bool { return false }
 func registered(t *testing.T) map[string]family {
 	t.Helper()
 	d := &describer{families: map[string]family{}}
-	if _, err := metrics.New(d); err != nil {
+	described, err := metrics.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered only where leaseguard keeps its configuration (as shipped).
+	if err := described.ManageAdmissionConfiguration(d); err != nil {
 		t.Fatal(err)
 	}
 	// What Describe says is what a registry serves: cross-check the one

@@ -84,6 +84,7 @@ func TestChartFilesAreGenerated(t *testing.T) {
 	}
 	sameFile(t, "charts/leaseguard/files/policy.yaml", defaultPolicy)
 	sameFile(t, "charts/leaseguard/files/alerts.yaml", "config/prometheus/alerts.yaml")
+	sameFile(t, "charts/leaseguard/files/dashboard.json", "config/grafana/leaseguard.json")
 	crds, err := filepath.Glob(filepath.Join(root, "config/crd/bases/*.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +244,8 @@ resources:
 - %s
 - %s
 - %s
-`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"))
+- %s
+`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"), rel("config/grafana"))
 	if err := os.WriteFile(filepath.Join(everything, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +256,7 @@ resources:
 	}{
 		{"certManager", nil, abs("config/default")},
 		{"selfManaged", []string{"--set", "certificates.mode=selfManaged"}, abs("config/self-managed")},
-		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true"}, everything},
+		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true"}, everything},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			chart := helmTemplate(t, "leaseguard-system", c.helmArgs...)
@@ -349,7 +351,7 @@ func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {
 				helm := binary(t, "HELM")
 				out := run(t, helm, templateArgs(ns, "--include-crds",
 					"--set", "certificates.mode="+mode, "--set", "coalescing="+string(c),
-					"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true")...)
+					"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true")...)
 				for _, s := range []string{"leaseguard-system", namespacePlaceholder} {
 					if strings.Contains(string(out), s) {
 						t.Errorf("the rendering names %s", s)

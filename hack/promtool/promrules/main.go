@@ -7,10 +7,15 @@
 //	promrules metrics RULEFILE [TESTFILE...]
 //	    parses every rule expression (of a rule file or a PrometheusRule) with Prometheus's own PromQL parser and
 //	    prints, as JSON, the metric names each rule selects, and the name
-//	    and label names of every input series of the promtool unit tests.
+//	    and label names of every input series of the promtool unit tests;
+//	promrules dashboard DASHBOARD.json
+//	    parses the query of every panel of a Grafana dashboard the same way
+//	    (Grafana's $__rate_interval and $__interval read as 5m) and prints,
+//	    as JSON, each selector's metric and matched labels, and the labels
+//	    each aggregation groups by.
 //
-// test/chart's TestAlerts* compare that output with the metrics
-// webhook/metrics registers.
+// test/chart's TestAlerts* and TestDashboard* compare that output with the
+// metrics webhook/metrics registers.
 package main
 
 import (
@@ -77,7 +82,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: promrules extract IN OUT | promrules metrics RULEFILE [TESTFILE...]")
+		return errors.New("usage: promrules extract IN OUT | promrules metrics RULEFILE [TESTFILE...] | promrules dashboard DASHBOARD.json")
 	}
 	switch args[0] {
 	case "extract":
@@ -85,6 +90,17 @@ func run(args []string) error {
 			return errors.New("usage: promrules extract PROMETHEUSRULE OUT")
 		}
 		return extract(args[1], args[2])
+	case "dashboard":
+		if len(args) != 2 {
+			return errors.New("usage: promrules dashboard DASHBOARD.json")
+		}
+		out, err := dashboardQueries(args[1])
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
 	case "metrics":
 		if len(args) < 2 {
 			return errors.New("usage: promrules metrics RULEFILE [TESTFILE...]")
