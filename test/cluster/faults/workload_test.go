@@ -185,13 +185,16 @@ func startWorkload(t *testing.T, admin kubernetes.Interface, config *rest.Config
 		t.Fatalf("designation after team-a's create: %q, want %q", got, manager("team-a"))
 	}
 
-	for _, team := range teams {
+	for i, team := range teams {
 		for replica := range 2 {
 			w.wg.Add(1)
 			go func() { defer w.wg.Done(); w.runElector(ctx, t, team, replica) }()
 		}
 		w.wg.Add(1)
-		go func() { defer w.wg.Done(); w.runCandidate(ctx, team) }()
+		go func() {
+			defer w.wg.Done()
+			w.runCandidate(ctx, team, time.Duration(i)*retryPeriod/time.Duration(len(teams)))
+		}()
 	}
 	w.wg.Add(2)
 	go func() { defer w.wg.Done(); w.watchDesignation(ctx) }()
@@ -271,11 +274,25 @@ func (w *workload) runElector(ctx context.Context, t *testing.T, team string, re
 // runCandidate is a KCC manager's candidate: a merge PATCH of the lease
 // fields of the shared MultiClusterLease every retry period, with the
 // cluster's candidate identity, which every manager shares.
-func (w *workload) runCandidate(ctx context.Context, team string) {
+// runCandidate renews the shared MultiClusterLease every retryPeriod, its
+// first renewal after phase. The candidates are spread over the period, as
+// managers started independently are: renewals of the one object sent at
+// the same instant race whatever guards it (Config Connector's lock sends
+// an Update with the resourceVersion it read, and the later of two gets
+// 409; these blind patches would store the earlier renewTime last, which
+// leaseguard refuses as moving renewTime backwards), and in lockstep that
+// race is what the fault tests would measure, once per period, whenever
+// the mutating step is skipped (all replicas down).
+func (w *workload) runCandidate(ctx context.Context, team string, phase time.Duration) {
 	client := w.mcls(manager(team), "")
 	kind := evNonDesignated
 	if team == "team-a" {
 		kind = evGuardedWrite
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(phase):
 	}
 	tick := time.NewTicker(retryPeriod)
 	defer tick.Stop()
