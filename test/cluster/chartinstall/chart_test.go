@@ -21,16 +21,17 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/cluster/clustertest"
 	"github.com/leaseguard/leaseguard/test/cluster/localcluster"
@@ -164,98 +165,77 @@ func TestHelmUpgradeThenUninstall(t *testing.T) {
 // ones that are not the chart's (the namespace's own, the CA Secret
 // leaseguard created).
 func leftovers(ctx context.Context, admin kubernetes.Interface) error {
+	ar, rbac, core := admin.AdmissionregistrationV1(), admin.RbacV1(), admin.CoreV1()
+	all := metav1.ListOptions{}
+	leaseguards := func(name string) bool { return strings.HasPrefix(name, "leaseguard") }
+	ours := func(name string) bool { return strings.HasPrefix(name, "leaseguard-") && name != rbacName }
+	every := func(string) bool { return true }
 	var left []string
-	ar := admin.AdmissionregistrationV1()
-	vwcs, err := ar.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range vwcs.Items {
-		if strings.HasPrefix(o.Name, "leaseguard") {
-			left = append(left, "ValidatingWebhookConfiguration "+o.Name)
+	for _, c := range []struct {
+		kind string
+		list func() ([]metav1.Object, error)
+		left func(name string) bool
+	}{
+		{"ValidatingWebhookConfiguration", objects(func() (*admissionregistrationv1.ValidatingWebhookConfigurationList, error) {
+			return ar.ValidatingWebhookConfigurations().List(ctx, all)
+		}), leaseguards},
+		{"MutatingWebhookConfiguration", objects(func() (*admissionregistrationv1.MutatingWebhookConfigurationList, error) {
+			return ar.MutatingWebhookConfigurations().List(ctx, all)
+		}), leaseguards},
+		{"MutatingAdmissionPolicy", objects(func() (*admissionregistrationv1.MutatingAdmissionPolicyList, error) {
+			return ar.MutatingAdmissionPolicies().List(ctx, all)
+		}), leaseguards},
+		{"ClusterRole", objects(func() (*rbacv1.ClusterRoleList, error) { return rbac.ClusterRoles().List(ctx, all) }), ours},
+		{"ClusterRoleBinding", objects(func() (*rbacv1.ClusterRoleBindingList, error) { return rbac.ClusterRoleBindings().List(ctx, all) }), ours},
+		{"Pod", objects(func() (*corev1.PodList, error) { return core.Pods(lgNS).List(ctx, all) }), every},
+		{"Service", objects(func() (*corev1.ServiceList, error) { return core.Services(lgNS).List(ctx, all) }), every},
+		{"ConfigMap", objects(func() (*corev1.ConfigMapList, error) { return core.ConfigMaps(lgNS).List(ctx, all) }),
+			func(name string) bool { return name != "kube-root-ca.crt" }},
+		{"Secret", objects(func() (*corev1.SecretList, error) { return core.Secrets(lgNS).List(ctx, all) }),
+			func(name string) bool { return name != "leaseguard-ca" }},
+		{"ServiceAccount", objects(func() (*corev1.ServiceAccountList, error) { return core.ServiceAccounts(lgNS).List(ctx, all) }),
+			func(name string) bool { return name != "default" }},
+	} {
+		items, err := c.list()
+		if apierrors.IsNotFound(err) {
+			continue // a kind this API server does not serve
 		}
-	}
-	mwcs, err := ar.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range mwcs.Items {
-		if strings.HasPrefix(o.Name, "leaseguard") {
-			left = append(left, "MutatingWebhookConfiguration "+o.Name)
+		if err != nil {
+			return fmt.Errorf("listing %ss: %w", c.kind, err)
 		}
-	}
-	if maps, err := ar.MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, o := range maps.Items {
-			if strings.HasPrefix(o.Name, "leaseguard") {
-				left = append(left, "MutatingAdmissionPolicy "+o.Name)
+		for _, o := range items {
+			if c.left(o.GetName()) {
+				left = append(left, c.kind+" "+o.GetName())
 			}
-		}
-	} else if !apierrors.IsNotFound(err) {
-		return err
-	}
-	roles, err := admin.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range roles.Items {
-		if strings.HasPrefix(o.Name, "leaseguard-") && o.Name != rbacName {
-			left = append(left, "ClusterRole "+o.Name)
-		}
-	}
-	bindings, err := admin.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range bindings.Items {
-		if strings.HasPrefix(o.Name, "leaseguard-") && o.Name != rbacName {
-			left = append(left, "ClusterRoleBinding "+o.Name)
-		}
-	}
-	pods, err := admin.CoreV1().Pods(lgNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range pods.Items {
-		left = append(left, "Pod "+o.Name)
-	}
-	svcs, err := admin.CoreV1().Services(lgNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range svcs.Items {
-		left = append(left, "Service "+o.Name)
-	}
-	cms, err := admin.CoreV1().ConfigMaps(lgNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range cms.Items {
-		if o.Name != "kube-root-ca.crt" {
-			left = append(left, "ConfigMap "+o.Name)
-		}
-	}
-	secrets, err := admin.CoreV1().Secrets(lgNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range secrets.Items {
-		if o.Name != "leaseguard-ca" {
-			left = append(left, "Secret "+o.Name)
-		}
-	}
-	sas, err := admin.CoreV1().ServiceAccounts(lgNS).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, o := range sas.Items {
-		if o.Name != "default" {
-			left = append(left, "ServiceAccount "+o.Name)
 		}
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("left behind: %s", strings.Join(left, ", "))
 	}
 	return nil
+}
+
+// objects adapts a typed List call to its items' metadata.
+func objects[L runtime.Object](list func() (L, error)) func() ([]metav1.Object, error) {
+	return func() ([]metav1.Object, error) {
+		l, err := list()
+		if err != nil {
+			return nil, err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metav1.Object, 0, len(items))
+		for _, it := range items {
+			m, err := meta.Accessor(it)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
 }
 
 // probeAs returns a dry-run Lease write in warnNS by a user no rule admits
@@ -351,33 +331,12 @@ func checkTop(t *testing.T, admin kubernetes.Interface, kubeconfig string, base 
 	}
 	// A lease auditor: a service account bound to the chart's
 	// leaseguard-debug-reader, outside leaseguard's namespace.
-	const auditor = "lease-auditor"
-	if _, err := admin.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: auditor}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "chartinstall-" + auditor},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "leaseguard-debug-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: auditor, Namespace: "default"}},
-	}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
-		_ = admin.CoreV1().ServiceAccounts("default").Delete(context.Background(), auditor, metav1.DeleteOptions{})
-	})
-	tr, err := admin.CoreV1().ServiceAccounts("default").CreateToken(ctx, auditor, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := clustertest.BoundToken(t, admin, "default", "lease-auditor", "leaseguard-debug-reader")
 	pods, err := admin.CoreV1().Pods(lgNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=leaseguard,app.kubernetes.io/component=webhook"})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("leaseguard's pods: %v", err)
 	}
-	args := []string{"leaseguard", "top", "--once", "--window", "10s", "-o", "json", "-n", warnNS, "--webhook-stats-token", tr.Status.Token}
+	args := []string{"leaseguard", "top", "--once", "--window", "10s", "-o", "json", "-n", warnNS, "--webhook-stats-token", token}
 	for _, p := range pods.Items {
 		args = append(args, "--webhook-stats", "https://"+p.Status.PodIP+":8443")
 	}

@@ -11,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
+
+	"github.com/leaseguard/leaseguard/test/cluster/clustertest"
 )
 
 // scraper reads a replica's metrics port as Prometheus does: HTTPS,
@@ -30,14 +27,13 @@ type scraper struct {
 }
 
 const (
-	metricsPort    = "8443"
-	scraperSA      = "metrics-scraper"
-	strangerSA     = "metrics-stranger"
-	scraperBinding = "leaseguard-faults-metrics-reader"
+	metricsPort = "8443"
+	scraperSA   = "metrics-scraper"
+	strangerSA  = "metrics-stranger"
 )
 
-// newScraper creates the two service accounts in e2eNS, binds the scraper
-// to the shipped leaseguard-metrics-reader, and requests their tokens.
+// newScraper makes two service accounts in e2eNS, the scraper bound to the
+// shipped leaseguard-metrics-reader, and takes their tokens.
 func (c *cluster) newScraper(t *testing.T) *scraper {
 	t.Helper()
 	ctx := context.Background()
@@ -52,33 +48,8 @@ func (c *cluster) newScraper(t *testing.T) *scraper {
 	s := &scraper{client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: roots, ServerName: "leaseguard-webhook-service." + lgNS + ".svc", MinVersion: tls.VersionTLS12,
 	}}}}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: scraperBinding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "leaseguard-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: scraperSA, Namespace: e2eNS}},
-	}
-	if _, err := c.admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), scraperBinding, metav1.DeleteOptions{})
-	})
-	for _, sa := range []struct {
-		name  string
-		token *string
-	}{{scraperSA, &s.token}, {strangerSA, &s.stranger}} {
-		_, err := c.admin.CoreV1().ServiceAccounts(e2eNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa.name}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		tr, err := c.admin.CoreV1().ServiceAccounts(e2eNS).CreateToken(ctx, sa.name, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("a token for service account %s/%s: %v", e2eNS, sa.name, err)
-		}
-		*sa.token = tr.Status.Token
-	}
+	s.token = clustertest.BoundToken(t, c.admin, e2eNS, scraperSA, "leaseguard-metrics-reader")
+	s.stranger = clustertest.BoundToken(t, c.admin, e2eNS, strangerSA, "")
 	return s
 }
 
