@@ -34,9 +34,10 @@ type SelfManaged struct {
 	// CADuration and LeafDuration default to one year and one week.
 	CADuration   time.Duration
 	LeafDuration time.Duration
-	ClientCAFile string
-	Config       *rest.Config
-	Log          logr.Logger
+	// Clients is the API server's client certificate, when required.
+	Clients ClientAuth
+	Config  *rest.Config
+	Log     logr.Logger
 
 	authority *authority.DynamicAuthority
 	source    *cmtls.DynamicSource
@@ -75,7 +76,7 @@ func (s *SelfManaged) TLSOptions() ([]func(*tls.Config), error) {
 	if err := s.init(); err != nil {
 		return nil, err
 	}
-	opts, err := baseOptions(s.ClientCAFile)
+	opts, err := baseOptions(s.Clients)
 	if err != nil {
 		return nil, err
 	}

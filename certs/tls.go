@@ -6,9 +6,7 @@ package certs
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -34,9 +32,9 @@ type FileSource struct {
 	Dir      string
 	CertName string
 	KeyName  string
-	// ClientCAFile, when set, makes the server require and verify a client
-	// certificate from the API server signed by this CA.
-	ClientCAFile string
+	// Clients, when its CA file is set, makes the server require and
+	// verify the API server's client certificate.
+	Clients ClientAuth
 }
 
 // Files returns the key pair location.
@@ -62,26 +60,19 @@ func (f *FileSource) TLSOptions() ([]func(*tls.Config), error) {
 	if _, err := tls.LoadX509KeyPair(certPath, keyPath); err != nil {
 		return nil, fmt.Errorf("serving certificate %s / key %s: %w", certPath, keyPath, err)
 	}
-	return baseOptions(f.ClientCAFile)
+	return baseOptions(f.Clients)
 }
 
 // baseOptions are the TLS settings of every mode: TLS 1.2 at least, and
 // client certificate verification when a client CA is given.
-func baseOptions(clientCAFile string) ([]func(*tls.Config), error) {
+func baseOptions(clients ClientAuth) ([]func(*tls.Config), error) {
 	opts := []func(*tls.Config){minimumVersion}
-	if clientCAFile != "" {
-		pem, err := os.ReadFile(clientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA %s: no PEM certificate found", clientCAFile)
-		}
-		opts = append(opts, func(c *tls.Config) {
-			c.ClientCAs = pool
-			c.ClientAuth = tls.RequireAndVerifyClientCert
-		})
+	verify, err := clients.options()
+	if err != nil {
+		return nil, err
+	}
+	if verify != nil {
+		opts = append(opts, verify)
 	}
 	return opts, nil
 }

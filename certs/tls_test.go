@@ -63,7 +63,7 @@ func TestFileSourceSettings(t *testing.T) {
 	}
 
 	// --client-ca: the API server's client certificate is required and verified.
-	opts, err = (&FileSource{Dir: dir, ClientCAFile: filepath.Join(dir, "tls.crt")}).TLSOptions()
+	opts, err = (&FileSource{Dir: dir, Clients: ClientAuth{CAFile: filepath.Join(dir, "tls.crt")}}).TLSOptions()
 	must(t, err)
 	if c := apply(opts); c.ClientAuth != tls.RequireAndVerifyClientCert || c.ClientCAs == nil {
 		t.Errorf("with --client-ca: ClientAuth %v, ClientCAs set %v", c.ClientAuth, c.ClientCAs != nil)
@@ -87,8 +87,10 @@ func TestFileSourceBadInputNamesTheFile(t *testing.T) {
 	}{
 		{"missing key pair", &FileSource{Dir: empty}, "serving certificate " + filepath.Join(empty, "tls.crt") + " / key " + filepath.Join(empty, "tls.key") + ": open "},
 		{"corrupt key pair", &FileSource{Dir: corrupt}, "serving certificate " + filepath.Join(corrupt, "tls.crt") + " / key " + filepath.Join(corrupt, "tls.key") + ": tls: failed to find any PEM data"},
-		{"missing client CA", &FileSource{Dir: dir, ClientCAFile: filepath.Join(dir, "nope.pem")}, "client CA: open " + filepath.Join(dir, "nope.pem")},
-		{"garbage client CA", &FileSource{Dir: dir, ClientCAFile: garbage}, "client CA " + garbage + ": no PEM certificate found"},
+		{"missing client CA", &FileSource{Dir: dir, Clients: ClientAuth{CAFile: filepath.Join(dir, "nope.pem")}}, "client CA: open " + filepath.Join(dir, "nope.pem")},
+		{"garbage client CA", &FileSource{Dir: dir, Clients: ClientAuth{CAFile: garbage}}, "client CA " + garbage + ": no PEM certificate found"},
+		{"names without a client CA", &FileSource{Dir: dir, Clients: ClientAuth{Names: []string{"kube-apiserver"}}}, "client certificate names are set, but no client CA to verify them with"},
+		{"an empty client name", &FileSource{Dir: dir, Clients: ClientAuth{CAFile: filepath.Join(dir, "tls.crt"), Names: []string{""}}}, "client certificate names: an empty name would accept no certificate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

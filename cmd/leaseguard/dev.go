@@ -112,8 +112,11 @@ an admin kubeconfig and runs until interrupted, then removes what it started.`,
 				MetricsBindAddress: metricsAddr, HealthProbeBindAddress: probeAddr,
 				PolicyFile: policyPath, PolicyReloadInterval: 2 * time.Second,
 				Namespace: "leaseguard-system",
-				Certs:     &certs.FileSource{Dir: cp.WebhookCertDir},
-				Log:       log, Ready: func() { close(ready) },
+				// Only the API server's reviews, by its client certificate.
+				Certs: &certs.FileSource{Dir: cp.WebhookCertDir, Clients: certs.ClientAuth{
+					CAFile: cp.AdmissionClient.CAFile, Names: []string{controlplane.AdmissionClientName},
+				}},
+				Log: log, Ready: func() { close(ready) },
 				// Edits of the policy file re-render the webhook
 				// configurations, as in a cluster.
 				ManageConfiguration: &server.ManageConfiguration{Client: client, Prefix: manifests.Defaults().Prefix},

@@ -44,7 +44,8 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	fs.StringVar(&files.Dir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "folder with the serving key pair, re-read when it changes")
 	fs.StringVar(&files.CertName, "tls-cert-name", "tls.crt", "serving certificate file name in --cert-dir")
 	fs.StringVar(&files.KeyName, "tls-key-name", "tls.key", "serving key file name in --cert-dir")
-	fs.StringVar(&files.ClientCAFile, "client-ca", "", "CA file: require API server client certificates signed by it")
+	fs.StringVar(&files.Clients.CAFile, "client-ca", "", "CA file: require the API server's client certificate (its AdmissionConfiguration's webhook kubeconfig), signed by this CA; reviews from anyone else fail the TLS handshake, undecided and uncounted")
+	fs.StringSliceVar(&files.Clients.Names, "client-name", nil, "with --client-ca: accept only client certificates with one of these Common Names or DNS names (needed when the CA signs other clients too)")
 	fs.StringVar(&certMode, "cert-mode", "cert-manager", `where the serving certificate comes from: "cert-manager" (the Secret it issues, mounted at --cert-dir), "files" (any key pair at --cert-dir, re-read on change) or "self-managed" (leaseguard's own CA in a Secret, caBundle kept current)`)
 	fs.StringVar(&self.SecretName, "ca-secret-name", "leaseguard-ca", "self-managed: the Secret in --namespace holding the CA")
 	fs.StringVar(&serviceName, "webhook-service-name", "leaseguard-webhook-service", "self-managed: the webhook Service, whose DNS names the certificate carries")
@@ -89,7 +90,7 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 			if err != nil {
 				return fmt.Errorf("self-managed certificates need the API server: %w", err)
 			}
-			self.Namespace, self.Config, self.ClientCAFile = o.Namespace, cfg, files.ClientCAFile
+			self.Namespace, self.Config, self.Clients = o.Namespace, cfg, files.Clients
 			self.Log = o.Log.WithName("certs")
 			if len(self.DNSNames) == 0 {
 				self.DNSNames = []string{serviceName + "." + o.Namespace + ".svc", serviceName + "." + o.Namespace + ".svc.cluster.local"}

@@ -115,6 +115,9 @@ type ControlPlane struct {
 	WebhookPort    int
 	WebhookCertDir string
 	KubectlPath    string
+	// AdmissionClient is the client certificate the API server presents
+	// to webhooks.
+	AdmissionClient *AdmissionClient
 	// caData is the caller's CA, when it brought one.
 	caData []byte
 }
@@ -161,8 +164,22 @@ func Start(o Options) (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
+	// The API server authenticates itself to webhooks with a client
+	// certificate, and leaseguard started by StartLeaseguard accepts only
+	// that one, as shipped clusters should be configured (docs/security.md).
+	clientDir, err := os.MkdirTemp("", "leaseguard-admission-client-")
+	if err != nil {
+		return nil, err
+	}
+	admissionClient, err := NewAdmissionClient(clientDir)
+	if err != nil {
+		_ = os.RemoveAll(clientDir)
+		return nil, fmt.Errorf("the API server's admission client certificate: %w", err)
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admissionClient.ConfigFile)
 	cfg, err := startEnv(env, o.Log, assets)
 	if err != nil {
+		_ = os.RemoveAll(clientDir)
 		return nil, err
 	}
 	if err := InstallCoalescing(context.Background(), cfg, rendered); err != nil {
@@ -170,12 +187,13 @@ func Start(o Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	c := &ControlPlane{
-		Env:            env,
-		Config:         cfg,
-		WebhookHost:    env.WebhookInstallOptions.LocalServingHost,
-		WebhookPort:    env.WebhookInstallOptions.LocalServingPort,
-		WebhookCertDir: env.WebhookInstallOptions.LocalServingCertDir,
-		KubectlPath:    filepath.Join(assets, "kubectl"),
+		Env:             env,
+		Config:          cfg,
+		WebhookHost:     env.WebhookInstallOptions.LocalServingHost,
+		WebhookPort:     env.WebhookInstallOptions.LocalServingPort,
+		WebhookCertDir:  env.WebhookInstallOptions.LocalServingCertDir,
+		KubectlPath:     filepath.Join(assets, "kubectl"),
+		AdmissionClient: admissionClient,
 	}
 	c.caData = o.WebhookCAData
 	if len(o.WebhookCAData) > 0 {
@@ -370,4 +388,10 @@ func (c *ControlPlane) Kubectl(kubeconfig string, args ...string) *exec.Cmd {
 }
 
 // Stop stops kube-apiserver and etcd and removes their files.
-func (c *ControlPlane) Stop() error { return c.Env.Stop() }
+func (c *ControlPlane) Stop() error {
+	err := c.Env.Stop()
+	if c.AdmissionClient != nil {
+		_ = os.RemoveAll(c.AdmissionClient.Dir)
+	}
+	return err
+}

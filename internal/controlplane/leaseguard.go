@@ -83,6 +83,11 @@ func (c *ControlPlane) StartLeaseguard(binary, policyPath string, extraArgs ...s
 		"--health-probe-bind-address", probeAddr,
 		"--policy-reload-interval", "200ms",
 	}, extraArgs...)
+	// Only the API server's reviews, as shipped clusters should be set up,
+	// unless the test chooses the client CA itself.
+	if !slices.Contains(extraArgs, "--client-ca") {
+		args = append(args, c.AdmissionClient.LeaseguardArgs()...)
+	}
 	// Plain metrics unless the test asks for the shipped, secured port
 	// (which it then reads with a token of its own).
 	scheme := "http"

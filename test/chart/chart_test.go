@@ -217,6 +217,49 @@ func compare(t *testing.T, what string, got, want map[string]object) {
 // webhook configurations' rules, matchConditions, failurePolicy, timeouts;
 // RBAC; PDB; ConfigMap; CRD), after the normalisations below, which are the
 // only intended differences.
+// apiServerCIDR is where the tests' API server calls webhooks from, in
+// the NetworkPolicy of the chart (apiServerPeers) and of config/ (a patch).
+const (
+	apiServerCIDR  = "192.0.2.10/32"
+	apiServerPeers = `networkPolicy.apiServer=[{"ipBlock":{"cidr":"` + apiServerCIDR + `"}}]`
+)
+
+// The NetworkPolicy opens the webhook port to the API server only, so it
+// cannot be rendered without being told where the API server is; and the
+// API server's client certificate, when given, is what leaseguard requires.
+func TestChartRestrictsTheWebhookToTheAPIServer(t *testing.T) {
+	helm := binary(t, "HELM")
+	base := templateArgs("lg")
+	_, err := runErr(helm, append(base, "--set", "networkPolicy.enabled=true")...)
+	if err == nil || !strings.Contains(err.Error(), "networkPolicy.apiServer: name the peers the API server calls webhooks from") {
+		t.Errorf("networkPolicy.enabled without networkPolicy.apiServer: err = %v, want the chart to ask for it", err)
+	}
+	objs := objects(t, run(t, helm, append(base, "--set", "networkPolicy.enabled=true", "--set-json", apiServerPeers)...))
+	np := objs["NetworkPolicy/lg/leaseguard"]
+	ingress, _ := np["spec"].(map[string]any)["ingress"].([]any)
+	webhook, _ := ingress[0].(map[string]any)
+	if got := fmt.Sprint(webhook["from"]); got != "[map[ipBlock:map[cidr:"+apiServerCIDR+"]]]" {
+		t.Errorf("the webhook port is open to %s, want the API server's %s only", got, apiServerCIDR)
+	}
+
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs = objects(t, run(t, helm, append(base, "--set-file", "apiServerAuthentication.clientCA="+ca,
+		"--set", "apiServerAuthentication.clientNames={kube-apiserver-admission}")...))
+	deploy := fmt.Sprint(objs["Deployment/lg/leaseguard"])
+	for _, want := range []string{"--client-ca=/etc/leaseguard-client-ca/ca.crt", "--client-name=kube-apiserver-admission", "leaseguard-client-ca"} {
+		if !strings.Contains(deploy, want) {
+			t.Errorf("the Deployment lacks %s", want)
+		}
+	}
+	if cm := objs["ConfigMap/lg/leaseguard-client-ca"]; cm == nil || !strings.Contains(fmt.Sprint(cm["data"]), "BEGIN CERTIFICATE") {
+		t.Errorf("no ConfigMap leaseguard-client-ca holding the CA: %v", cm)
+	}
+}
+
 func TestChartMatchesKustomize(t *testing.T) {
 	kubectl := binary(t, "KUBECTL")
 	abs := func(p string) string {
@@ -245,7 +288,15 @@ resources:
 - %s
 - %s
 - %s
-`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"), rel("config/grafana"))
+patches:
+- target:
+    kind: NetworkPolicy
+    name: leaseguard
+  patch: |-
+    - op: replace
+      path: /spec/ingress/0/from/0/ipBlock/cidr
+      value: %s
+`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"), rel("config/grafana"), apiServerCIDR)
 	if err := os.WriteFile(filepath.Join(everything, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +307,7 @@ resources:
 	}{
 		{"certManager", nil, abs("config/default")},
 		{"selfManaged", []string{"--set", "certificates.mode=selfManaged"}, abs("config/self-managed")},
-		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true"}, everything},
+		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true", "--set-json", apiServerPeers}, everything},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			chart := helmTemplate(t, "leaseguard-system", c.helmArgs...)
@@ -351,7 +402,8 @@ func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {
 				helm := binary(t, "HELM")
 				out := run(t, helm, templateArgs(ns, "--include-crds",
 					"--set", "certificates.mode="+mode, "--set", "coalescing="+string(c),
-					"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true")...)
+					"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true",
+					"--set-json", apiServerPeers)...)
 				for _, s := range []string{"leaseguard-system", namespacePlaceholder} {
 					if strings.Contains(string(out), s) {
 						t.Errorf("the rendering names %s", s)
@@ -433,6 +485,8 @@ func TestChartCustomPolicy(t *testing.T) {
 		{"--set-file", "webhookConfigurations=" + filepath.Join(root, "config/e2e-policy/webhooks-patch.yaml")},
 		// A misspelt value is refused (values.schema.json), not ignored.
 		{"--set", "certificate.mode=selfManaged"},
+		// Client names mean nothing without the CA that verifies them.
+		{"--set", "apiServerAuthentication.clientNames={kube-apiserver-admission}"},
 	} {
 		if _, err := runErr(helm, append(base, bad...)...); err == nil {
 			t.Errorf("helm template %s: no error", strings.Join(bad, " "))

@@ -480,7 +480,8 @@ func TestBidiOverridesInUsernamesAreEscaped(t *testing.T) {
 func TestWebhookServesHTTP1Only(t *testing.T) {
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp",
 		net.JoinHostPort(cp.WebhookHost, strconv.Itoa(cp.WebhookPort)),
-		&tls.Config{NextProtos: []string{"h2", "http/1.1"}, InsecureSkipVerify: true}) //nolint:gosec // only the negotiated protocol is looked at
+		&tls.Config{NextProtos: []string{"h2", "http/1.1"}, InsecureSkipVerify: true, //nolint:gosec // only the negotiated protocol is looked at
+			Certificates: []tls.Certificate{cp.AdmissionClient.Certificate()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,57 @@ func (c *cluster) checkMetricsAccess(t *testing.T, s *scraper) {
 			resp.Body.Close()
 			if strings.Contains(string(body), "leaseguard_") {
 				t.Errorf("pod %s: plain HTTP on the metrics port served the metrics", p.Name)
+			}
+		}
+	}
+}
+
+// checkWebhookHearsOnlyTheAPIServer asserts, on every replica, that the
+// webhook port answers the API server's client certificate only (the chart's
+// apiServerAuthentication): a review posted from inside the cluster without
+// a certificate, or with the kubelet's (the same cluster CA, another name),
+// fails the TLS handshake, undecided and uncounted.
+func (c *cluster) checkWebhookHearsOnlyTheAPIServer(t *testing.T, s *scraper, pki string) {
+	t.Helper()
+	load := func(name string) *tls.Certificate {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(pki, name+".crt"), filepath.Join(pki, name+".key"))
+		if err != nil {
+			t.Fatalf("the cluster's %s certificate: %v", name, err)
+		}
+		return &cert
+	}
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged",` +
+		`"kind":{"group":"coordination.k8s.io","version":"v1","kind":"Lease"},"resource":{"group":"coordination.k8s.io","version":"v1","resource":"leases"},` +
+		`"operation":"CREATE","userInfo":{"username":"system:serviceaccount:default:intruder"},"namespace":"` + e2eNS + `","name":"forged",` +
+		`"object":{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"forged","namespace":"` + e2eNS + `"},"spec":{}}}}`
+	base := s.client.Transport.(*http.Transport).TLSClientConfig
+	for _, p := range c.pods(t) {
+		for _, tc := range []struct {
+			what    string
+			cert    *tls.Certificate
+			wantErr string
+		}{
+			{"no client certificate", nil, "certificate required"},
+			{"the kubelet's certificate", load("kubelet-client"), "bad certificate"},
+			{"the API server's certificate", load("apiserver-admission-client"), ""},
+		} {
+			cfg := base.Clone()
+			cfg.NextProtos = []string{"http/1.1"}
+			if tc.cert != nil {
+				cfg.Certificates = []tls.Certificate{*tc.cert}
+			}
+			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+			resp, err := client.Post("https://"+p.Status.PodIP+":9443/validate-leases", "application/json", strings.NewReader(review))
+			var body []byte
+			if err == nil {
+				body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+				resp.Body.Close()
+			}
+			switch {
+			case tc.wantErr == "" && (err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"uid":"forged"`)):
+				t.Errorf("pod %s, %s: %v %.300s; want the review answered", p.Name, tc.what, err, body)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("pod %s, %s: error %v %.300s; want the handshake refused (%s)", p.Name, tc.what, err, body, tc.wantErr)
 			}
 		}
 	}

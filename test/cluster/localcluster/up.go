@@ -58,8 +58,10 @@ func (e *SkipError) Error() string { return e.Reason }
 
 // Preflight checks that the machine can run the cluster: Linux, root,
 // cgroups, and the node's runtime, which it installs with apt-get when
-// install is set and a command is missing. A machine that cannot is
-// reported with a *SkipError.
+// install is set and a command is missing. A machine that truly cannot (not
+// Linux, not root, no cgroups or IPv4, no apt-get) is reported with a
+// *SkipError; a root machine whose package install fails is an error: the
+// stage must run there, so it fails and says why.
 func Preflight(install bool, out io.Writer) error {
 	if runtime.GOOS != "linux" {
 		return &SkipError{"the cluster harness runs on Linux only (this is " + runtime.GOOS + ")"}
@@ -95,12 +97,12 @@ func Preflight(install bool, out io.Writer) error {
 	fmt.Fprintf(out, "cluster: installing %s with apt-get\n", strings.Join(pkgs, " "))
 	update := exec.Command("apt-get", "update", "-q")
 	if msg, err := update.CombinedOutput(); err != nil {
-		return &SkipError{fmt.Sprintf("apt-get update failed (%v): %s", err, lastLine(msg))}
+		return fmt.Errorf("apt-get update failed (%v): %s", err, lastLine(msg))
 	}
 	inst := exec.Command("apt-get", append([]string{"install", "-y", "-q", "--no-install-recommends"}, pkgs...)...)
 	inst.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if msg, err := inst.CombinedOutput(); err != nil {
-		return &SkipError{fmt.Sprintf("apt-get install %s failed (%v): %s", strings.Join(pkgs, " "), err, lastLine(msg))}
+		return fmt.Errorf("apt-get install %s failed (%v): %s", strings.Join(pkgs, " "), err, lastLine(msg))
 	}
 	return nil
 }
@@ -235,6 +237,10 @@ func (s State) prepareHost() error {
 		{"kube-proxy", "system:kube-proxy", nil, nil},
 		{"kubelet-client", "system:node:" + NodeName, []string{"system:nodes"}, nil},
 		{"kubelet", NodeName, nil, []string{NodeIP, NodeName}},
+		// What the API server presents to webhooks (AdmissionClientName):
+		// the cluster CA signs it, as it signs the kubelets', so leaseguard
+		// accepts the CA and this name only.
+		{"apiserver-admission-client", AdmissionClientName, nil, nil},
 	}
 	for _, i := range issues {
 		if err := p.issue(i.name, i.cn, i.orgs, i.hosts...); err != nil {
@@ -252,6 +258,9 @@ func (s State) prepareHost() error {
 		if err := p.kubeconfig(kc, server, cert); err != nil {
 			return err
 		}
+	}
+	if err := writeAdmissionConfiguration(p); err != nil {
+		return err
 	}
 	if err := s.createBridge(); err != nil {
 		return err
@@ -301,6 +310,8 @@ func (s State) startControlPlane(ctx context.Context, assets string) error {
 		"--service-cluster-ip-range", ServiceCIDR,
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
+		// Its client certificate for webhooks (writeAdmissionConfiguration).
+		"--admission-control-config-file", filepath.Join(pki, "admission-configuration.yaml"),
 		"--kubelet-client-certificate", filepath.Join(pki, "apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", filepath.Join(pki, "apiserver-kubelet-client.key"),
 		"--kubelet-certificate-authority", filepath.Join(pki, "ca.crt"),
