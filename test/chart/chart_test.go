@@ -234,7 +234,7 @@ func TestChartRestrictsTheWebhookToTheAPIServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "networkPolicy.apiServer: name the peers the API server calls webhooks from") {
 		t.Errorf("networkPolicy.enabled without networkPolicy.apiServer: err = %v, want the chart to ask for it", err)
 	}
-	objs := objects(t, run(t, helm, append(base, "--set", "networkPolicy.enabled=true", "--set-json", apiServerPeers)...))
+	objs := byKey(t, objects(t, run(t, helm, append(base, "--set", "networkPolicy.enabled=true", "--set-json", apiServerPeers)...)))
 	np := objs["NetworkPolicy/lg/leaseguard"]
 	ingress, _ := np["spec"].(map[string]any)["ingress"].([]any)
 	webhook, _ := ingress[0].(map[string]any)
@@ -247,8 +247,8 @@ func TestChartRestrictsTheWebhookToTheAPIServer(t *testing.T) {
 	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs = objects(t, run(t, helm, append(base, "--set-file", "apiServerAuthentication.clientCA="+ca,
-		"--set", "apiServerAuthentication.clientNames={kube-apiserver-admission}")...))
+	objs = byKey(t, objects(t, run(t, helm, append(base, "--set-file", "apiServerAuthentication.clientCA="+ca,
+		"--set", "apiServerAuthentication.clientNames={kube-apiserver-admission}")...)))
 	deploy := fmt.Sprint(objs["Deployment/lg/leaseguard"])
 	for _, want := range []string{"--client-ca=/etc/leaseguard-client-ca/ca.crt", "--client-name=kube-apiserver-admission", "leaseguard-client-ca"} {
 		if !strings.Contains(deploy, want) {
