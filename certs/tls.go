@@ -80,13 +80,11 @@ func baseOptions(clients ClientAuth) ([]func(*tls.Config), error) {
 // minimumVersion allows TLS 1.2 and up; Go prefers 1.3 when both sides can.
 func minimumVersion(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }
 
-// ScrapeTLS is the TLS of leaseguard's metrics and debug port: the
-// webhook's own serving certificate (the same source, rotated alike), TLS
-// 1.2 at least, HTTP/1.1 only, and no client certificate asked for, since
-// scrapers authenticate with a bearer token the API server reviews. Run
-// the returned function until the server stops: for files, it re-reads
-// them on change, as the webhook's watcher does.
-func ScrapeTLS(src Source) (*tls.Config, func(context.Context) error, error) {
+// ServingTLS is the TLS of the webhook port: the source's certificate (for
+// files, re-read on change by controller-runtime's certificate watcher, the
+// returned function, to run until the server stops), TLS 1.2 at least, and
+// the API server's client certificate when the source requires it.
+func ServingTLS(src Source) (*tls.Config, func(context.Context) error, error) {
 	opts, err := src.TLSOptions()
 	if err != nil {
 		return nil, nil, err
@@ -95,16 +93,29 @@ func ScrapeTLS(src Source) (*tls.Config, func(context.Context) error, error) {
 	for _, o := range opts {
 		o(cfg)
 	}
-	cfg.ClientAuth, cfg.ClientCAs = tls.NoClientCert, nil
-	cfg.NextProtos = []string{"http/1.1"}
 	if cfg.GetCertificate != nil {
 		return cfg, func(context.Context) error { return nil }, nil
 	}
 	dir, certName, keyName := src.Files()
 	w, err := certwatcher.New(filepath.Join(dir, certName), filepath.Join(dir, keyName))
 	if err != nil {
-		return nil, nil, fmt.Errorf("metrics serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	cfg.GetCertificate = w.GetCertificate
 	return cfg, w.Start, nil
+}
+
+// ScrapeTLS is the TLS of leaseguard's metrics and debug port: the
+// webhook's own serving certificate (the same source, rotated alike), TLS
+// 1.2 at least, HTTP/1.1 only, and no client certificate asked for, since
+// scrapers authenticate with a bearer token the API server reviews. Run
+// the returned function until the server stops.
+func ScrapeTLS(src Source) (*tls.Config, func(context.Context) error, error) {
+	cfg, watch, err := ServingTLS(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.ClientAuth, cfg.ClientCAs, cfg.VerifyConnection = tls.NoClientCert, nil, nil
+	cfg.NextProtos = []string{"http/1.1"}
+	return cfg, watch, nil
 }

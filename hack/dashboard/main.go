@@ -98,8 +98,8 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(series("Failed calls and refused reviews", "Calls the API server could not complete (by error type) and reviews leaseguard refused unread (busy: 503, the failurePolicy decides).", "reqps",
 			query(`sum by (name, error_type) (`+rate(`apiserver_admission_webhook_rejection_count{`+leaseguardWebhooks+`, error_type!="no_error"}`)+`)`, "{{name}}: {{error_type}}"),
 			query(`sum by (webhook, reason) (`+rate(`leaseguard_bad_requests_total`)+`)`, "refused {{webhook}}: {{reason}}"))).
-		WithPanel(series("Webhook requests by HTTP code", "leaseguard's HTTP answers per webhook path (controller-runtime's webhook metrics).", "reqps",
-			query(`sum by (webhook, code) (`+rate(`controller_runtime_webhook_requests_total`)+`)`, "{{webhook}} {{code}}"))).
+		WithPanel(series("Webhook requests by HTTP code", "leaseguard's HTTP answers per webhook path: 200 carries a verdict, 503 is busy (the failurePolicy decides).", "reqps",
+			query(`sum by (webhook, code) (`+rate(`leaseguard_webhook_requests_total`)+`)`, "{{webhook}} {{code}}"))).
 		WithPanel(series("Review size (p99)", "The AdmissionReviews leaseguard reads: a lease write's is a few KiB.", "bytes",
 			query(`histogram_quantile(0.99, sum by (webhook, le) (`+rate(`leaseguard_admission_review_bytes_bucket`)+`))`, "{{webhook}}"))).
 		Build()

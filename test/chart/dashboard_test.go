@@ -14,14 +14,12 @@ const dashboardFile = "config/grafana/leaseguard.json"
 // dashboardExternal are the metrics the dashboard reads from other
 // exporters beside the alerts' (external), with their labels: kube-apiserver 1.37
 // (k8s.io/apiserver/pkg/endpoints/metrics, pkg/storage/etcd3/metrics,
-// pkg/admission/metrics), controller-runtime's webhook metrics, which
-// leaseguard serves on its /metrics, and Prometheus's own up.
+// pkg/admission/metrics) and Prometheus's own up.
 var dashboardExternal = map[string][]string{
 	"up":                      {"job", "instance"},
 	"apiserver_request_total": {"verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component", "code"},
 	"etcd_requests_total":     {"operation", "group", "resource"},
 	"apiserver_admission_webhook_admission_duration_seconds_bucket": {"name", "type", "operation", "rejected", "le"},
-	"controller_runtime_webhook_requests_total":                     {"webhook", "code"},
 }
 
 type dashboardQueries struct {

@@ -4,9 +4,11 @@
 package metrics
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -29,6 +31,9 @@ type Recorder struct {
 	policyValid        prometheus.Gauge
 	configInSync       prometheus.Gauge
 	configUpdates      prometheus.Counter
+	webhookRequests    *prometheus.CounterVec
+	webhookInFlight    *prometheus.GaugeVec
+	handshakeErrors    prometheus.Counter
 }
 
 // New builds the collectors and registers them with reg.
@@ -89,8 +94,20 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			Name: "leaseguard_admission_configuration_updates_total",
 			Help: "Writes of leaseguard's admission configuration to follow the policy in force (--manage-webhook-configurations).",
 		}),
+		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaseguard_webhook_requests_total",
+			Help: "HTTP requests to the webhook port, by path (webhook) and HTTP status code: 200 carries a verdict, 503 is busy (the failurePolicy decides).",
+		}, []string{"webhook", "code"}),
+		webhookInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leaseguard_webhook_requests_in_flight",
+			Help: "HTTP requests to the webhook port being read, decided or answered, by path (webhook).",
+		}, []string{"webhook"}),
+		handshakeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseguard_webhook_tls_handshake_errors_total",
+			Help: "Connections to the webhook port whose TLS handshake failed: with --client-ca, every client that is not the API server; a steady rate while the API server's calls fail means its client certificate is missing or not accepted.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.acknowledged, r.reviewBytes, r.policyReloads, r.policyValid} {
+	for _, c := range []prometheus.Collector{r.decisions, r.decisionLatency, r.renewalIntervals, r.designationChanges, r.badRequests, r.unreadableStored, r.coalesced, r.acknowledged, r.reviewBytes, r.policyReloads, r.policyValid, r.webhookRequests, r.webhookInFlight, r.handshakeErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -201,4 +218,24 @@ func (r *Recorder) AdmissionConfigurationSync(inSync bool, updated int) {
 		r.configInSync.Set(0)
 	}
 	r.configUpdates.Add(float64(updated))
+}
+
+// InstrumentWebhook counts the requests h answers at path, by status code,
+// and those in flight.
+func (r *Recorder) InstrumentWebhook(path string, h http.Handler) http.Handler {
+	if r == nil {
+		return h
+	}
+	labels := prometheus.Labels{"webhook": path}
+	return promhttp.InstrumentHandlerInFlight(r.webhookInFlight.With(labels),
+		promhttp.InstrumentHandlerCounter(r.webhookRequests.MustCurryWith(labels), h))
+}
+
+// TLSHandshakeError records a connection to the webhook port whose TLS
+// handshake failed.
+func (r *Recorder) TLSHandshakeError() {
+	if r == nil {
+		return
+	}
+	r.handshakeErrors.Inc()
 }

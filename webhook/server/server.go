@@ -1,6 +1,6 @@
-// Package server assembles the running webhook: the admission handlers on a
-// controller-runtime webhook server, the metrics endpoint, the health and
-// readiness probes and the policy file reloader.
+// Package server assembles the running webhook: the admission handlers on
+// leaseguard's own bounded TLS server (webhookserver.go), the metrics
+// endpoint, the health and readiness probes and the policy file reloader.
 package server
 
 import (
@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/webhook/admission"
@@ -114,34 +113,31 @@ func Run(ctx context.Context, o Options) error {
 		log.Info("namespace mode needs the mutating webhook", "note", n)
 	}
 
-	tlsOpts, err := o.Certs.TLSOptions()
+	servingTLS, watchCerts, err := certs.ServingTLS(o.Certs)
 	if err != nil {
 		return err
 	}
-	if !o.EnableHTTP2 {
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
-	dir, certName, keyName := o.Certs.Files()
-	srv := webhook.NewServer(webhook.Options{
-		Host:     o.WebhookHost,
-		Port:     o.WebhookPort,
-		CertDir:  dir,
-		CertName: certName,
-		KeyName:  keyName,
-		TLSOpts:  tlsOpts,
-	})
 	// The heaviest leases and writers, served at /debug/leases.
 	leaseStats := leasestats.New(0, 0)
 	var draining atomic.Bool
-	srv.Register(admission.ValidatePath, closeWhenDraining(&draining, (&admission.Validator{
-		Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
-	}).Handler()))
-	srv.Register(admission.RenewalsPath, closeWhenDraining(&draining, (&admission.Validator{
-		OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
-	}).Handler()))
-	srv.Register(admission.MutatePath, closeWhenDraining(&draining, (&admission.Designator{
-		Policies: store, Metrics: rec, Log: log.WithName("designate"),
-	}).Handler()))
+	mux := http.NewServeMux()
+	for path, h := range map[string]http.Handler{
+		admission.ValidatePath: (&admission.Validator{
+			Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
+		}).Handler(),
+		admission.RenewalsPath: (&admission.Validator{
+			OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
+		}).Handler(),
+		admission.MutatePath: (&admission.Designator{
+			Policies: store, Metrics: rec, Log: log.WithName("designate"),
+		}).Handler(),
+	} {
+		mux.Handle(path, closeWhenDraining(&draining, rec.InstrumentWebhook(path, h)))
+	}
+	srv := &webhookServer{
+		addr: net.JoinHostPort(o.WebhookHost, strconv.Itoa(o.WebhookPort)),
+		tls:  servingTLS, handler: mux, log: log.WithName("webhook"), recorder: rec,
+	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	// The webhook (and the certificates it serves) outlive ctx by the drain.
@@ -162,7 +158,8 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	})
 	g.Go(func() error { return o.Certs.Start(serveCtx) })
-	g.Go(func() error { return srv.Start(logr.NewContext(serveCtx, log)) })
+	g.Go(func() error { return watchCerts(serveCtx) })
+	g.Go(func() error { return srv.serve(serveCtx, o.EnableHTTP2) })
 	g.Go(func() error { store.Watch(ctx, o.PolicyReloadInterval); return nil })
 	if m := o.ManageConfiguration; m != nil {
 		if err := rec.ManageAdmissionConfiguration(reg); err != nil {
@@ -176,8 +173,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	if o.MetricsBindAddress != "0" && o.MetricsBindAddress != "" {
-		// leaseguard's own metrics, and controller-runtime's webhook metrics
-		// (request counts, latencies, in-flight) from its registry.
+		// leaseguard's own metrics, and what controller-runtime's registry
+		// holds (its client-go and certificate watcher metrics).
 		gatherers := prometheus.Gatherers{reg, ctrlmetrics.Registry}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorLog: promLogger{log}}))
@@ -216,12 +213,12 @@ func closeWhenDraining(draining *atomic.Bool, h http.Handler) http.Handler {
 	})
 }
 
-func serveProbes(ctx context.Context, addr string, srv webhook.Server) error {
+func serveProbes(ctx context.Context, addr string, srv *webhookServer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
 	// Readiness follows the webhook's TLS listener only: an invalid policy
 	// reload keeps the last good policy serving, so it does not unready.
-	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{"webhook": srv.StartedChecker()}}))
+	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{"webhook": srv.ready}}))
 	return serveHTTP(ctx, addr, mux, nil)
 }
 
@@ -291,8 +288,8 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, tlsConfig *tls.
 	return nil
 }
 
-func waitReady(ctx context.Context, srv webhook.Server, ready func()) error {
-	check := srv.StartedChecker()
+func waitReady(ctx context.Context, srv *webhookServer, ready func()) error {
+	check := srv.ready
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
