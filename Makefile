@@ -94,7 +94,7 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	@hack/stage.sh lint $(MAKE) --no-print-directory lint
 	@hack/stage.sh chart-alerts $(MAKE) --no-print-directory test-chart test-alerts
 	@hack/stage.sh unit $(MAKE) --no-print-directory test-unit
-	@hack/stage.sh integration $(GOTEST) ./internal/... ./test/integration/... ./test/certs/...
+	@hack/stage.sh integration $(GOTEST) ./test/integration/... ./test/certs/...
 	@hack/stage.sh vap $(MAKE) --no-print-directory test-vap
 	@hack/stage.sh e2e $(GOTEST) ./test/e2e/...
 	@hack/stage.sh multicluster $(MAKE) --no-print-directory test-multicluster
@@ -104,8 +104,8 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	@echo "make test: every stage passed"; cat bin/test-stages.txt
 
 .PHONY: test-unit
-test-unit: ## Unit tests only (no control plane), under the race detector.
-	$(GOTEST) ./api/... ./webhook/... ./certs/... ./config/... ./cmd/...
+test-unit: ## Unit tests only: every package that needs no control plane (internal/ included), under the race detector.
+	$(GOTEST) ./api/... ./webhook/... ./certs/... ./config/... ./cmd/... ./internal/...
 
 .PHONY: test-perf
 test-perf: ## Tests of the measuring programs (test/perf).
