@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -25,8 +26,8 @@ const AdmissionClientName = "kube-apiserver-admission"
 // through --admission-control-config-file (a WebhookAdmissionConfiguration
 // whose kubeconfig holds the certificate for every webhook, user "*").
 type AdmissionClient struct {
-	// Dir holds ca.crt, client.crt, client.key, kubeconfig and
-	// admission-configuration.yaml.
+	// Dir holds ca.crt, client.crt, client.key,
+	// admission-client.kubeconfig and admission-configuration.yaml.
 	Dir string
 	// CAFile is what leaseguard verifies the API server with (--client-ca).
 	CAFile string
@@ -49,45 +50,51 @@ func NewAdmissionClient(dir string) (*AdmissionClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	certFile, keyFile, kubeconfig := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"), filepath.Join(dir, "kubeconfig")
+	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
 	keyDER, err := x509.MarshalECPrivateKey(a.cert.PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{
+	for path, data := range map[string][]byte{
 		a.CAFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.ca.Raw}),
 		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.cert.Certificate[0]}),
 		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		// "*": every webhook the API server calls, by URL or Service.
-		kubeconfig: fmt.Appendf(nil, `apiVersion: v1
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if err := WriteAdmissionConfiguration(a.ConfigFile, certFile, keyFile); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// WriteAdmissionConfiguration writes kube-apiserver's
+// --admission-control-config-file at path, and the kubeconfig beside it
+// (admission-client.kubeconfig), so that the API server presents the client
+// certificate certFile/keyFile to every webhook it calls (user "*": by URL
+// or by Service), as an administrator configures it for leaseguard's
+// --client-ca (docs/operations.md).
+func WriteAdmissionConfiguration(path, certFile, keyFile string) error {
+	kubeconfig := filepath.Join(filepath.Dir(path), "admission-client.kubeconfig")
+	data := fmt.Sprintf(`apiVersion: v1
 kind: Config
 users:
 - name: "*"
   user:
     client-certificate: %s
     client-key: %s
-`, certFile, keyFile),
-		a.ConfigFile: fmt.Appendf(nil, `apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: ValidatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %[1]s
-- name: MutatingAdmissionWebhook
-  configuration:
-    apiVersion: apiserver.config.k8s.io/v1
-    kind: WebhookAdmissionConfiguration
-    kubeConfigFile: %[1]s
-`, kubeconfig),
+`, certFile, keyFile)
+	if err := os.WriteFile(kubeconfig, []byte(data), 0o600); err != nil {
+		return err
 	}
-	for path, data := range files {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return nil, err
-		}
+	var b strings.Builder
+	b.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
+	for _, plugin := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
+		fmt.Fprintf(&b, "- name: %s\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: %s\n", plugin, kubeconfig)
 	}
-	return a, nil
+	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // Sign issues a client certificate with this Common Name from the API

@@ -8,12 +8,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -136,34 +134,4 @@ func (p *pki) kubeconfig(path, server, name string) error {
 		return err
 	}
 	return os.Chmod(path, 0o600)
-}
-
-// AdmissionClientName is the Common Name of the client certificate the
-// cluster's API server presents to webhooks; leaseguard is installed to
-// accept only it (--client-name), since the cluster CA signs other clients.
-const AdmissionClientName = "kube-apiserver-admission"
-
-// writeAdmissionConfiguration gives the API server its client certificate
-// for every webhook it calls (user "*" of a WebhookAdmissionConfiguration's
-// kubeconfig), as an administrator configures it for leaseguard's
-// --client-ca (docs/security.md).
-func writeAdmissionConfiguration(p *pki) error {
-	kubeconfig := p.path("admission-client.kubeconfig")
-	data := fmt.Sprintf(`apiVersion: v1
-kind: Config
-users:
-- name: "*"
-  user:
-    client-certificate: %s
-    client-key: %s
-`, p.path("apiserver-admission-client.crt"), p.path("apiserver-admission-client.key"))
-	if err := os.WriteFile(kubeconfig, []byte(data), 0o600); err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
-	for _, plugin := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
-		fmt.Fprintf(&b, "- name: %s\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: %s\n", plugin, kubeconfig)
-	}
-	return os.WriteFile(p.path("admission-configuration.yaml"), []byte(b.String()), 0o600)
 }

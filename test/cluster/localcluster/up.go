@@ -237,10 +237,10 @@ func (s State) prepareHost() error {
 		{"kube-proxy", "system:kube-proxy", nil, nil},
 		{"kubelet-client", "system:node:" + NodeName, []string{"system:nodes"}, nil},
 		{"kubelet", NodeName, nil, []string{NodeIP, NodeName}},
-		// What the API server presents to webhooks (AdmissionClientName):
-		// the cluster CA signs it, as it signs the kubelets', so leaseguard
-		// accepts the CA and this name only.
-		{"apiserver-admission-client", AdmissionClientName, nil, nil},
+		// What the API server presents to webhooks: the cluster CA signs
+		// it, as it signs the kubelets', so leaseguard accepts the CA and
+		// this name only (--client-name).
+		{"apiserver-admission-client", controlplane.AdmissionClientName, nil, nil},
 	}
 	for _, i := range issues {
 		if err := p.issue(i.name, i.cn, i.orgs, i.hosts...); err != nil {
@@ -259,7 +259,8 @@ func (s State) prepareHost() error {
 			return err
 		}
 	}
-	if err := writeAdmissionConfiguration(p); err != nil {
+	if err := controlplane.WriteAdmissionConfiguration(p.path("admission-configuration.yaml"),
+		p.path("apiserver-admission-client.crt"), p.path("apiserver-admission-client.key")); err != nil {
 		return err
 	}
 	if err := s.createBridge(); err != nil {
@@ -310,7 +311,7 @@ func (s State) startControlPlane(ctx context.Context, assets string) error {
 		"--service-cluster-ip-range", ServiceCIDR,
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
-		// Its client certificate for webhooks (writeAdmissionConfiguration).
+		// Its client certificate for webhooks (controlplane.WriteAdmissionConfiguration).
 		"--admission-control-config-file", filepath.Join(pki, "admission-configuration.yaml"),
 		"--kubelet-client-certificate", filepath.Join(pki, "apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", filepath.Join(pki, "apiserver-kubelet-client.key"),
