@@ -18,13 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/admission"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
@@ -174,52 +172,56 @@ func TestLargestStorableWriteIsReadAndDecided(t *testing.T) {
 	}
 }
 
-// A write stuffed with labels until its AdmissionReview holds more JSON
-// values and keys than leaseguard reads is refused before it is parsed: the
-// parse tree of such a review (about 400 bytes per item) would take more
-// than a replica's memory limit, and any caller who may write a lease could
-// send one. The replica goes on deciding.
-func TestWriteStuffedWithItemsIsRefusedUnparsed(t *testing.T) {
+// A write stuffed with labels (200,000 JSON items in its review: each label
+// a key and a value in the object and a key and an empty object in
+// managedFields) is read and decided like any other: leaseguard decodes only
+// what it decides on, so items cost it about their bytes (its old reader
+// held about 400 bytes an item and had to refuse such reviews unparsed, and
+// with them every later write of a lease created that large). A sibling
+// pod's stuffed takeover is refused by its verdict; the holder's stuffed
+// renewal, and a Lease created with 12,000 labels, are admitted.
+func TestWriteStuffedWithItemsIsDecided(t *testing.T) {
 	stored := hardLease(t, "leader-a")
 	before := badRequests(t)
-
-	// 40,000 labels: in the review, each is a key and a value in the object
-	// and a key and an empty object in managedFields, 200,000 items in all.
-	stuffed := stored.DeepCopy()
-	stuffed.Labels = map[string]string{}
-	for i := range 40_000 {
-		stuffed.Labels["l"+strconv.Itoa(i)] = ""
-	}
-	code, msg, _ := put(t, hardManagerA, "a-0", stuffed)
-	expectRefused(t, stored, http.StatusRequestEntityTooLarge, code, msg, "leaseguard: cannot decide: AdmissionReview holds ")
-	if !strings.Contains(msg, "JSON values and keys, more than leaseguard reads ("+strconv.Itoa(admission.MaxReviewItems)+")") {
-		t.Errorf("message %q does not say what is too large", msg)
-	}
-	if after := badRequests(t); after != before+1 {
-		t.Errorf("leaseguard_bad_requests_total went from %v to %v, want one more", before, after)
+	stuff := func(l *coordinationv1.Lease, n int) {
+		l.Labels = map[string]string{}
+		for i := range n {
+			l.Labels["l"+strconv.Itoa(i)] = ""
+		}
 	}
 
-	// A Lease created with 12,000 labels would hold 60,000 items (its
-	// labels, and managedFields naming each): created, no later write of
-	// it (120,000 items) could be read. So it is not created.
-	huge := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hardNS, Name: "stuffed", Labels: map[string]string{}},
-		Spec: *stored.Spec.DeepCopy()}
-	for i := range 12_000 {
-		huge.Labels["l"+strconv.Itoa(i)] = ""
+	stolen := stored.DeepCopy()
+	stuff(stolen, 40_000)
+	stolen.Spec.HolderIdentity = ptr.To("a-1_1")
+	stolen.Spec.LeaseTransitions = ptr.To[int32](1)
+	stolen.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	code, msg, _ := put(t, hardManagerA, "a-1", stolen)
+	expectRefused(t, stored, http.StatusForbidden, code, msg,
+		"leaseguard: rule hard-leases: "+hardManagerA+" may not change the holder (a-0_1 to a-1_1) of lease it-hard/leader-a (held until ")
+
+	renewed := stored.DeepCopy()
+	stuff(renewed, 40_000)
+	if code, msg, _ := put(t, hardManagerA, "a-0", renewed); code != http.StatusOK {
+		t.Errorf("the holder's write of 40,000 labels: HTTP %d %s", code, msg)
 	}
-	client, err := kubernetes.NewForConfig(impersonating(hardManagerA, "a-0"))
+
+	// An operator's Lease of 12,000 labels, then the bound manager's
+	// write of it, decided by its rule like any other.
+	huge := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hardNS, Name: "stuffed"}, Spec: *stored.Spec.DeepCopy()}
+	stuff(huge, 12_000)
+	created, err := admin.CoordinationV1().Leases(hardNS).Create(context.Background(), huge, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("an operator creating a Lease of 12,000 labels: %v", err)
 	}
-	_, err = client.CoordinationV1().Leases(hardNS).Create(context.Background(), huge, metav1.CreateOptions{})
-	if !apierrors.IsRequestEntityTooLargeError(err) || !strings.Contains(err.Error(), "more than leaseguard admits in one lease ("+strconv.Itoa(admission.MaxObjectItems)+")") {
-		t.Errorf("creating a Lease of 12,000 labels: %v", err)
-	}
-
-	labelled := stored.DeepCopy()
-	labelled.Labels = map[string]string{"l0": ""}
-	if code, msg, _ := put(t, hardManagerA, "a-0", labelled); code != http.StatusOK {
-		t.Errorf("the holder's one-label write after the stuffed one: HTTP %d %s", code, msg)
+	created.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	code, msg, _ = put(t, hardManagerA, "a-0", created)
+	expectRefused(t, created, http.StatusForbidden, code, msg,
+		"leaseguard: rule hard-leases: "+hardManagerA+" may not write lease it-hard/stuffed (bound lease: leader-a)")
+	t.Cleanup(func() {
+		_ = admin.CoordinationV1().Leases(hardNS).Delete(context.Background(), "stuffed", metav1.DeleteOptions{})
+	})
+	if after := badRequests(t); after != before {
+		t.Errorf("leaseguard_bad_requests_total went from %v to %v: a stuffed review was not read", before, after)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,8 +36,10 @@ const MaxReviewBytes = 32 << 20
 // every lease write makes. The bytes of larger bodies being read and
 // decided at once are bounded by bodyBudget (a large body that finds no
 // room within largeReviewWait is refused), so that many connections each
-// sending a large body cannot run leaseguard out of memory; their parsing
-// is bounded by items too (budget.go).
+// sending a large body cannot run leaseguard out of memory. Decoding holds
+// the body's size again at most (the objects' raw copies; everything else
+// leaseguard reads is a few fields), so a review costs about twice its size
+// while it is decided.
 const smallBodyBytes = 64 << 10
 
 // bodyBudgetBytes is the room for large bodies: one of the largest the API
@@ -142,25 +145,11 @@ func (h *handler) answer(r *http.Request) outcome {
 	if h.now != nil {
 		now = h.now()
 	}
-	review, release, err := parseWithinBudget(r.Context(), body, now)
+	review, err := ParseReview(body, now)
 	if err != nil {
-		code, reason := int32(http.StatusBadRequest), "unreadable"
-		var many *tooManyItems
-		var busy *parseBusy
-		switch {
-		case errors.As(err, &many):
-			code, reason = http.StatusRequestEntityTooLarge, "too_large"
-		case errors.As(err, &busy):
-			return h.busy(err)
-		}
-		return h.refuseUnread(scanUID(body[:min(len(body), headBytes)]), code, err, reason)
+		return h.refuseUnread(scanUID(body[:min(len(body), headBytes)]), http.StatusBadRequest, err, "unreadable")
 	}
-	defer release()
 	if review.Err != nil {
-		var big *objectTooLarge
-		if errors.As(review.Err, &big) {
-			return h.refuseUnread(review.UID, http.StatusRequestEntityTooLarge, review.Err, "too_large")
-		}
 		return h.refuseUnread(review.UID, http.StatusBadRequest, review.Err, "unreadable")
 	}
 	return outcome{uid: review.UID, answer: h.d.decide(review)}
@@ -369,6 +358,14 @@ func reasonFor(code int32) metav1.StatusReason {
 // The message is bounded whatever the error quotes.
 func badRequest(err error) error {
 	return errors.New(clipText("leaseguard: cannot decide: "+err.Error(), maxErrorText+256))
+}
+
+// clipText cuts s to n bytes, on a character boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 // reviewResponse is the AdmissionReview leaseguard answers with.

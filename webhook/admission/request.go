@@ -2,19 +2,21 @@
 // AdmissionReviews into the decision core's terms and writes its decisions
 // back as AdmissionResponses. It holds no decision logic.
 //
-// It reads the AdmissionReview itself, field by field with the same fast
-// JSON reader as the objects (webhook/leaseobject), instead of decoding the
-// whole review into Go structs: that decoding was most of what a request
-// cost inside leaseguard (docs/performance.md).
+// A review is decoded as the API machinery decodes it: sigs.k8s.io/json
+// (case-sensitive field names, the last of duplicate keys, duplicates
+// reported) into admission/v1's own types, and the objects it carries by
+// webhook/leaseobject into a partial typed view.
 package admission
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/valyala/fastjson"
+	admissionv1 "k8s.io/api/admission/v1"
+	kjson "sigs.k8s.io/json"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/leaseobject"
@@ -48,124 +50,95 @@ type Review struct {
 	Err error
 }
 
+// maxUIDBytes bounds request.uid, which every answer echoes and every log
+// line names: the API server sends a 36-byte UUID.
+const maxUIDBytes = 128
+
+// maxErrorText bounds the part of a refusal's message that quotes the body.
+const maxErrorText = 512
+
 // ParseReview reads an AdmissionReview body. A body that is not an
 // AdmissionReview at all is an error; a review that is, but whose request
 // cannot be decided, comes back with Err set and the UID to answer to.
 func ParseReview(body []byte, now time.Time) (*Review, error) {
-	// Checked first with encoding/json's scanner, as the API machinery
-	// reads: linear, allocation-free, and strict where fastjson is lenient
-	// (raw control characters in strings and keys, nan). fastjson's own
-	// errors quote the rest of the body at every level of nesting (a few
-	// MiB of body cost gigabytes), and its validator recurses without a
-	// bound.
-	if !json.Valid(body) {
-		return nil, notJSON(body)
+	var review admissionv1.AdmissionReview
+	strict, err := kjson.UnmarshalStrict(body, &review, kjson.DisallowDuplicateFields)
+	if ok, _ := kjson.SyntaxErrorOffset(err); ok {
+		return nil, leaseobject.DecodeError("", err)
 	}
-	if err := checkItems(body); err != nil {
-		return nil, err
-	}
-	return parseValid(body, now)
-}
-
-// parseValid is ParseReview for a body already checked as JSON and counted.
-func parseValid(body []byte, now time.Time) (*Review, error) {
-	p := parsers.Get()
-	defer func() {
-		// A parser keeps the parse tree's room for the next body: only
-		// one sized for the reviews of lease writes goes back.
-		if len(body) <= pooledParserBytes {
-			parsers.Put(p)
+	if review.APIVersion != reviewAPIVersion || review.Kind != reviewKind {
+		if err != nil && review.APIVersion == "" && review.Kind == "" {
+			return nil, leaseobject.DecodeError("", err)
 		}
-	}()
-	root, err := p.ParseBytes(body)
-	if err != nil {
-		// Nesting deeper than fastjson.MaxDepth (300).
-		return nil, fmt.Errorf("not JSON leaseguard reads: %w", readerError(err))
+		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(policy.Clip(review.APIVersion)), orMissing(policy.Clip(review.Kind)), reviewAPIVersion, reviewKind)
 	}
-	// The API machinery's decoder reads some bodies otherwise than fastjson
-	// (invalid UTF-8, escaped UTF-16 surrogates, duplicate keys): such
-	// bodies are refused, so that leaseguard reads every review as the API
-	// machinery does. The API server, which writes reviews with
-	// encoding/json from its own structures, never sends one.
-	if !utf8.Valid(body) {
-		return nil, fmt.Errorf("not JSON: invalid UTF-8")
-	}
-	if err := noSurrogateEscapes(body); err != nil {
-		return nil, err
-	}
-	if root.Type() != fastjson.TypeObject {
-		return nil, fmt.Errorf("want a JSON object, got JSON %s", root.Type())
-	}
-	if err := noDuplicateKeys(root); err != nil {
-		return nil, err
-	}
-	apiVersion, kind := string(root.GetStringBytes("apiVersion")), string(root.GetStringBytes("kind"))
-	if apiVersion != reviewAPIVersion || kind != reviewKind {
-		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(policy.Clip(apiVersion)), orMissing(policy.Clip(kind)), reviewAPIVersion, reviewKind)
-	}
-	req := root.Get("request")
-	if req == nil || req.Type() != fastjson.TypeObject {
+	req := review.Request
+	if req == nil {
+		if err != nil {
+			return nil, leaseobject.DecodeError("", err)
+		}
 		return nil, fmt.Errorf("AdmissionReview has no request")
 	}
-	if resp := root.Get("response"); resp != nil && resp.Type() != fastjson.TypeNull {
+	if review.Response != nil {
 		return nil, fmt.Errorf("AdmissionReview carries a response: the API server sends a request only")
 	}
-	uid := req.Get("uid")
-	if uid == nil || uid.Type() != fastjson.TypeString || len(uid.GetStringBytes()) == 0 {
+	if req.UID == "" {
 		return nil, fmt.Errorf("request.uid is missing")
 	}
-	if n := len(uid.GetStringBytes()); n > maxUIDBytes {
+	if n := len(req.UID); n > maxUIDBytes {
 		return nil, fmt.Errorf("request.uid is %d bytes long: the API server sends a UUID", n)
 	}
-	r := &Review{UID: string(uid.GetStringBytes())}
-	if len(body) > MaxObjectItems { // else it cannot hold that many
-		if obj := req.Get("object"); obj != nil {
-			if n := valueItems(obj); n > MaxObjectItems {
-				r.Err = &objectTooLarge{items: n}
-				return r, nil
-			}
-		}
+	r := &Review{UID: string(req.UID)}
+	switch {
+	case err != nil:
+		r.Err = reviewError(err)
+	case len(strict) > 0:
+		r.Err = reviewError(strict[0])
+	default:
+		r.Request, r.Err = toPolicyRequest(req, now)
 	}
-	r.Request, r.Err = toPolicyRequest(req, now)
 	return r, nil
 }
 
-var parsers fastjson.ParserPool
+// reviewError names a field of the review the decoder could not read, by
+// its path ("request.userInfo.username: want string, got JSON number").
+func reviewError(err error) error {
+	return leaseobject.DecodeError("", err)
+}
 
-// pooledParserBytes is the largest body whose parser goes back to the pool.
-const pooledParserBytes = 64 << 10
-
-// maxUIDBytes bounds request.uid, which every answer echoes and every log
-// line names: the API server sends a 36-byte UUID.
-const maxUIDBytes = 128
+// requestOptions is what leaseguard reads of request.options.
+type requestOptions struct {
+	FieldManager string `json:"fieldManager"`
+}
 
 // toPolicyRequest derives the decision core's request from an
 // AdmissionRequest. Anything it cannot read is an error naming what is
 // wrong, e.g. `request.object: spec.renewTime: "yesterday" is not an RFC
 // 3339 time such as 2026-01-02T15:04:05.000000Z`.
-func toPolicyRequest(req *fastjson.Value, now time.Time) (*policy.Request, error) {
-	f := fields{v: req}
-	res, err := resourceOf(f.str("kind", "group"), f.str("kind", "version"), f.str("kind", "kind"))
+func toPolicyRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.Request, error) {
+	res, err := resourceOf(req.Kind.Group, req.Kind.Version, req.Kind.Kind)
 	if err != nil {
 		return nil, err
 	}
 	out := &policy.Request{
-		Resource:     res,
-		Subresource:  f.str("subResource"),
-		Now:          now,
-		DryRun:       f.bool("dryRun"),
-		FieldManager: f.str("options", "fieldManager"),
+		Resource:    res,
+		Subresource: req.SubResource,
+		Now:         now,
+		DryRun:      req.DryRun != nil && *req.DryRun,
 		Caller: policy.Caller{
-			Username: f.str("userInfo", "username"),
-			Groups:   f.strings("userInfo", "groups"),
+			Username: req.UserInfo.Username,
+			Groups:   req.UserInfo.Groups,
 		},
 	}
-	if pods := f.strings("userInfo", "extra", policy.PodNameExtra); len(pods) > 0 {
-		out.Caller.PodName = pods[0]
+	if raw := req.Options.Raw; len(raw) > 0 {
+		var o requestOptions
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &o); err != nil {
+			return nil, prefixed("request.options", leaseobject.DecodeError("", err))
+		}
+		out.FieldManager = o.FieldManager
 	}
-	f.checkUnreadFields()
-	if f.err != nil {
-		return nil, f.err
+	if pods := req.UserInfo.Extra[policy.PodNameExtra]; len(pods) > 0 {
+		out.Caller.PodName = pods[0]
 	}
 	if out.Caller.Username == "" {
 		return nil, fmt.Errorf("request.userInfo.username is empty")
@@ -173,40 +146,49 @@ func toPolicyRequest(req *fastjson.Value, now time.Time) (*policy.Request, error
 	if out.Subresource != "" && out.Subresource != policy.StatusSubresource {
 		return nil, fmt.Errorf("subresource %q is not guarded (only status)", policy.Clip(out.Subresource))
 	}
-	switch op := f.str("operation"); op {
-	case "CREATE":
+	switch op := req.Operation; op {
+	case admissionv1.Create:
 		out.Operation = policy.Create
-	case "UPDATE":
+	case admissionv1.Update:
 		out.Operation = policy.Update
-	case "DELETE":
+	case admissionv1.Delete:
 		out.Operation = policy.Delete
 	default:
-		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", policy.Clip(op))
+		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", policy.Clip(string(op)))
 	}
 	if out.Operation != policy.Create {
-		if out.Old, err = decodeObject(res, req, "oldObject", out.Operation); err != nil {
+		if out.Old, err = decodeObject(res, req.OldObject.Raw, "oldObject", out.Operation); err != nil {
 			return nil, err
 		}
 	}
 	if out.Operation != policy.Delete {
-		if out.New, err = decodeObject(res, req, "object", out.Operation); err != nil {
+		if out.New, err = decodeObject(res, req.Object.Raw, "object", out.Operation); err != nil {
 			return nil, err
 		}
 		if err := leaseobject.CheckWritten(out.Old, out.New); err != nil {
 			return nil, fmt.Errorf("request.object: %w", err)
 		}
 	}
-	return out, fillNames(out, f.str("name"), f.str("namespace"))
+	return out, fillNames(out, req.Name, req.Namespace)
+}
+
+// prefixed puts a field's path before an error of a value decoded on its
+// own ("request.options: fieldManager: want string, ...").
+func prefixed(path string, err error) error {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "cannot decode object: ") {
+		msg = strings.TrimPrefix(msg, "cannot decode object: ")
+	}
+	return errors.New(path + "." + msg)
 }
 
 // decodeObject reads request.object or request.oldObject, which the
 // operation requires.
-func decodeObject(res policy.Resource, req *fastjson.Value, key string, op policy.Operation) (*policy.Object, error) {
-	v := req.Get(key)
-	if v == nil || v.Type() == fastjson.TypeNull {
+func decodeObject(res policy.Resource, raw json.RawMessage, key string, op policy.Operation) (*policy.Object, error) {
+	if len(raw) == 0 || string(raw) == "null" {
 		return nil, fmt.Errorf("request.%s is missing on %s", key, op)
 	}
-	o, err := leaseobject.DecodeValue(res, v)
+	o, err := leaseobject.DecodeJSON(res, raw)
 	if err != nil {
 		return nil, fmt.Errorf("request.%s: %w", key, err)
 	}
@@ -259,133 +241,6 @@ func resourceOf(group, version, kind string) (policy.Resource, error) {
 func orMissing(s string) string {
 	if s == "" {
 		return "(missing)"
-	}
-	return s
-}
-
-// fields reads typed request fields and keeps the first type error, named by
-// the field's path under request.
-type fields struct {
-	v   *fastjson.Value
-	err error
-}
-
-func (f *fields) get(path ...string) *fastjson.Value {
-	v := f.v.Get(path...)
-	if v == nil || v.Type() == fastjson.TypeNull {
-		return nil
-	}
-	return v
-}
-
-func (f *fields) fail(path []string, want string, v *fastjson.Value) {
-	if f.err == nil {
-		f.err = fmt.Errorf("request.%s: want %s, got JSON %s", joinPath(path), want, v.Type())
-	}
-}
-
-func (f *fields) str(path ...string) string {
-	v := f.get(path...)
-	if v == nil {
-		return ""
-	}
-	b, err := v.StringBytes()
-	if err != nil {
-		f.fail(path, "string", v)
-		return ""
-	}
-	return string(b)
-}
-
-func (f *fields) bool(path ...string) bool {
-	v := f.get(path...)
-	if v == nil {
-		return false
-	}
-	b, err := v.Bool()
-	if err != nil {
-		f.fail(path, "boolean", v)
-	}
-	return b
-}
-
-func (f *fields) strings(path ...string) []string {
-	v := f.get(path...)
-	if v == nil {
-		return nil
-	}
-	items, err := v.Array()
-	if err != nil {
-		f.fail(path, "array of strings", v)
-		return nil
-	}
-	out := make([]string, 0, len(items))
-	for _, item := range items {
-		b, err := item.StringBytes()
-		if err != nil {
-			f.fail(path, "array of strings", v)
-			return nil
-		}
-		out = append(out, string(b))
-	}
-	return out
-}
-
-// objectOf checks that the field at path, when set, is an object whose
-// values each are null or pass item.
-func (f *fields) objectOf(want string, item func(*fastjson.Value) bool, path ...string) {
-	v := f.get(path...)
-	if v == nil {
-		return
-	}
-	o, err := v.Object()
-	ok := err == nil
-	if ok {
-		o.Visit(func(_ []byte, x *fastjson.Value) { ok = ok && (x.Type() == fastjson.TypeNull || item(x)) })
-	}
-	if !ok {
-		f.fail(path, want, v)
-	}
-}
-
-func isString(v *fastjson.Value) bool { return v.Type() == fastjson.TypeString }
-
-func isStrings(v *fastjson.Value) bool {
-	items, err := v.Array()
-	if err != nil {
-		return false
-	}
-	for _, item := range items {
-		if item.Type() != fastjson.TypeString {
-			return false
-		}
-	}
-	return true
-}
-
-// checkUnreadFields checks the type of the request's fields that leaseguard
-// does not decide on: the API machinery's decoder refuses a review where
-// one has another type, so leaseguard refuses it too (the API server never
-// sends one).
-func (f *fields) checkUnreadFields() {
-	for _, gv := range []string{"resource", "requestKind", "requestResource"} {
-		f.objectOf("object of strings", isString, gv)
-	}
-	f.str("requestSubResource")
-	f.str("userInfo", "uid")
-	if v := f.get("userInfo"); v != nil && v.Type() != fastjson.TypeObject {
-		f.fail([]string{"userInfo"}, "object", v)
-	}
-	f.objectOf("object of arrays of strings", isStrings, "userInfo", "extra")
-}
-
-func joinPath(path []string) string {
-	s := ""
-	for i, p := range path {
-		if i > 0 {
-			s += "."
-		}
-		s += p
 	}
 	return s
 }

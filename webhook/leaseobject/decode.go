@@ -1,6 +1,11 @@
 // Package leaseobject turns the serialized Lease or MultiClusterLease of an
 // admission request (JSON) or of a file (YAML) into the decision core's
-// normalised policy.Object.
+// normalised policy.Object. It decodes with the API machinery's JSON
+// decoder (sigs.k8s.io/json: case-sensitive, the last of duplicate keys,
+// duplicates in what it reads reported) into a deliberately partial typed
+// view of the object: what leaseguard decides on is decoded, everything else
+// (labels, most annotations, the managed fields' sets) is skipped without
+// being held, so a write stuffed with items costs about its size.
 //
 // What it cannot read is handled in two ways. The object's identity
 // (apiVersion, kind, metadata) is validated by the API server for every
@@ -18,23 +23,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/valyala/fastjson"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
-
-// parsers are reused across requests: decoding an object then allocates only
-// the strings it keeps.
-var parsers fastjson.ParserPool
 
 // Kind returns the apiVersion and kind that a resource's objects carry.
 func Kind(res policy.Resource) (apiVersion, kind string, ok bool) {
@@ -70,30 +72,14 @@ func DecodeLenient(res policy.Resource, data []byte) (*policy.Object, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("empty object")
 	}
-	if data[0] != '{' {
+	if data[0] != '{' && data[0] != '[' {
 		converted, err := yaml.YAMLToJSON(data)
 		if err != nil {
 			return nil, fmt.Errorf("not JSON or YAML: %w", err)
 		}
 		data = converted
 	}
-	// Checked first with encoding/json's scanner (linear, a short error)
-	// and counted: fastjson's errors quote the rest of the text at every
-	// level of nesting, and its parse tree costs about 400 bytes an item.
-	if !json.Valid(data) {
-		err := json.Unmarshal(data, new(json.RawMessage))
-		return nil, fmt.Errorf("cannot decode object: not JSON: %s", policy.Clip(fmt.Sprint(err)))
-	}
-	if n := CountItems(data); n > MaxObjectItems {
-		return nil, fmt.Errorf("object holds %d JSON values and keys, more than leaseguard reads in one lease (%d)", n, MaxObjectItems)
-	}
-	parser := parsers.Get()
-	defer parsers.Put(parser)
-	v, err := parser.ParseBytes(data)
-	if err != nil {
-		return nil, fmt.Errorf("cannot decode object: %s", policy.Clip(err.Error()))
-	}
-	return DecodeValue(res, v)
+	return DecodeJSON(res, data)
 }
 
 // CheckWritten refuses a written object with a spec field leaseguard cannot
@@ -141,56 +127,115 @@ func Strict(o *policy.Object) error {
 	return fmt.Errorf("%s%s", o.Unreadable[0].Field, o.Unreadable[0].Problem)
 }
 
-// DecodeValue reads an object already parsed (the admission handler parses
-// the whole AdmissionReview once), leniently as DecodeLenient does. The
-// strings it keeps are copies: v may be reused once it returns.
-func DecodeValue(res policy.Resource, v *fastjson.Value) (*policy.Object, error) {
+// wireObject is what leaseguard reads of a Lease or MultiClusterLease.
+type wireObject struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Metadata   wireMetadata `json:"metadata"`
+	Spec       *wireSpec    `json:"spec"`
+}
+
+type wireMetadata struct {
+	Name              string           `json:"name"`
+	Namespace         string           `json:"namespace"`
+	GenerateName      string           `json:"generateName"`
+	CreationTimestamp string           `json:"creationTimestamp"`
+	Annotations       *wireAnnotations `json:"annotations"`
+	Finalizers        json.RawMessage  `json:"finalizers"`
+	OwnerReferences   json.RawMessage  `json:"ownerReferences"`
+	// ManagedFields are read leniently, on their own (managedTimes): the
+	// API server writes them, and a malformed entry is skipped.
+	ManagedFields json.RawMessage `json:"managedFields"`
+}
+
+// wireAnnotations holds the one annotation leaseguard reads; the others
+// are skipped. The tag is policy.DesignationAnnotation (a test holds them
+// equal).
+type wireAnnotations struct {
+	Designated *string `json:"leaseguard.io/designated-manager"`
+}
+
+// wireSpec keeps each spec field as its JSON text: a custom resource is
+// stored as written, so each is read leniently on its own (specStr,
+// specTime, specCount).
+type wireSpec struct {
+	HolderIdentity       json.RawMessage `json:"holderIdentity"`
+	RenewTime            json.RawMessage `json:"renewTime"`
+	AcquireTime          json.RawMessage `json:"acquireTime"`
+	LeaseDurationSeconds json.RawMessage `json:"leaseDurationSeconds"`
+	RenewDeadlineSeconds json.RawMessage `json:"renewDeadlineSeconds"`
+	RetryPeriodSeconds   json.RawMessage `json:"retryPeriodSeconds"`
+	LeaseTransitions     json.RawMessage `json:"leaseTransitions"`
+	Strategy             json.RawMessage `json:"strategy"`
+	PreferredHolder      json.RawMessage `json:"preferredHolder"`
+}
+
+// wireManagedEntry is what leaseguard reads of a managedFields entry.
+type wireManagedEntry struct {
+	Manager     string          `json:"manager"`
+	Operation   string          `json:"operation"`
+	Subresource string          `json:"subresource"`
+	APIVersion  string          `json:"apiVersion"`
+	Time        json.RawMessage `json:"time"`
+	FieldsV1    *struct {
+		Spec *struct {
+			RenewTime json.RawMessage `json:"f:renewTime"`
+		} `json:"f:spec"`
+	} `json:"fieldsV1"`
+}
+
+// DecodeJSON reads one object of the given resource from JSON as the API
+// machinery does, leniently as DecodeLenient does.
+func DecodeJSON(res policy.Resource, data []byte) (*policy.Object, error) {
 	wantVersion, wantKind, ok := Kind(res)
 	if !ok {
 		return nil, fmt.Errorf("resource %q is not guarded by leaseguard (want leases or multiclusterleases)", res)
 	}
-	if v.Type() != fastjson.TypeObject {
-		return nil, fmt.Errorf("cannot decode object: want a JSON object, got JSON %s", v.Type())
+	var w wireObject
+	strict, err := kjson.UnmarshalStrict(data, &w, kjson.DisallowDuplicateFields)
+	if err != nil {
+		if ok, _ := kjson.SyntaxErrorOffset(err); ok {
+			return nil, fmt.Errorf("cannot decode object: %w", DecodeError("", err))
+		}
+		return nil, DecodeError("", err)
 	}
-	r := reader{root: v}
-	apiVersion, kind := r.str("apiVersion"), r.str("kind")
-	if r.err == nil && (kind != wantKind || apiVersion != wantVersion) {
-		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(policy.Clip(apiVersion)), orMissing(policy.Clip(kind)), wantVersion, wantKind)
+	if len(strict) > 0 {
+		return nil, DecodeError("", strict[0])
 	}
-	o := &policy.Object{
-		Name:         r.str("metadata", "name"),
-		Namespace:    r.str("metadata", "namespace"),
-		GenerateName: r.str("metadata", "generateName"),
+	if w.Kind != wantKind || w.APIVersion != wantVersion {
+		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(policy.Clip(w.APIVersion)), orMissing(policy.Clip(w.Kind)), wantVersion, wantKind)
 	}
-	o.CreationTimestamp = r.metaTime("metadata", "creationTimestamp")
-	if ann := r.object("metadata", "annotations"); ann != nil {
+	m := &w.Metadata
+	o := &policy.Object{Name: m.Name, Namespace: m.Namespace, GenerateName: m.GenerateName}
+	if m.CreationTimestamp != "" {
+		if o.CreationTimestamp, err = ParseTime(m.CreationTimestamp); err != nil {
+			return nil, fmt.Errorf("metadata.creationTimestamp: %w", err)
+		}
+	}
+	if a := m.Annotations; a != nil {
 		o.HasAnnotations = true
-		if d := ann.Get(policy.DesignationAnnotation); d != nil {
-			o.HasDesignation = true
-			o.Designated = r.strValue(d, "metadata", "annotations", policy.DesignationAnnotation)
+		if a.Designated != nil {
+			o.HasDesignation, o.Designated = true, *a.Designated
 		}
 	}
-	o.Finalizers = r.raw("metadata", "finalizers")
-	o.OwnerReferences = r.raw("metadata", "ownerReferences")
-	o.RenewWrite = r.renewWrite()
-	o.ManagedTimes = r.managedTimes()
-	if r.object("spec") != nil {
+	o.Finalizers, o.OwnerReferences = listText(m.Finalizers), listText(m.OwnerReferences)
+	entries := managedEntries(m.ManagedFields)
+	o.RenewWrite = renewWrite(entries)
+	o.ManagedTimes = managedTimes(entries)
+	if sp := w.Spec; sp != nil {
 		s := &o.Spec
-		s.Holder = r.specStr(o, "holderIdentity")
-		s.RenewTime = r.specTime(o, "renewTime")
+		s.Holder = specStr(o, "holderIdentity", sp.HolderIdentity)
+		s.RenewTime = specTime(o, "renewTime", sp.RenewTime)
 		if !s.RenewTime.IsZero() {
-			o.RenewTimeText = r.str("spec", "renewTime")
+			_ = json.Unmarshal(sp.RenewTime, &o.RenewTimeText)
 		}
-		s.AcquireTime = r.specTime(o, "acquireTime")
-		s.LeaseDuration = r.specSeconds(o, "leaseDurationSeconds")
-		s.RenewDeadline = r.specSeconds(o, "renewDeadlineSeconds")
-		s.RetryPeriod = r.specSeconds(o, "retryPeriodSeconds")
-		s.Transitions = r.specCount(o, "leaseTransitions")
-		s.Strategy = r.specStr(o, "strategy")
-		s.PreferredHolder = r.specStr(o, "preferredHolder")
-	}
-	if r.err != nil {
-		return nil, r.err
+		s.AcquireTime = specTime(o, "acquireTime", sp.AcquireTime)
+		s.LeaseDuration = time.Duration(specCount(o, "leaseDurationSeconds", sp.LeaseDurationSeconds)) * time.Second
+		s.RenewDeadline = time.Duration(specCount(o, "renewDeadlineSeconds", sp.RenewDeadlineSeconds)) * time.Second
+		s.RetryPeriod = time.Duration(specCount(o, "retryPeriodSeconds", sp.RetryPeriodSeconds)) * time.Second
+		s.Transitions = specCount(o, "leaseTransitions", sp.LeaseTransitions)
+		s.Strategy = specStr(o, "strategy", sp.Strategy)
+		s.PreferredHolder = specStr(o, "preferredHolder", sp.PreferredHolder)
 	}
 	if o.Name == "" && o.GenerateName == "" {
 		return nil, fmt.Errorf("metadata.name is missing")
@@ -198,160 +243,183 @@ func DecodeValue(res policy.Resource, v *fastjson.Value) (*policy.Object, error)
 	return o, nil
 }
 
-// reader pulls typed fields out of a parsed object and keeps the first
-// error, named by the field's path.
-type reader struct {
-	root *fastjson.Value
-	err  error
-}
-
-// get returns the value at path, or nil when it is absent or null.
-func (r *reader) get(path ...string) *fastjson.Value {
-	v := r.root.Get(path...)
-	if v == nil || v.Type() == fastjson.TypeNull {
-		return nil
+// DecodeError names what the API machinery's decoder could not read, by
+// its path under prefix ("request." for a review): "not JSON: ..." for a
+// syntax error, "PATH: want TYPE, got JSON KIND" for a value of another
+// type, "PATH appears more than once" for a duplicate key.
+func DecodeError(prefix string, err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var fieldErr kjson.FieldError
+	switch {
+	case errors.As(err, &typeErr):
+		got := typeErr.Value
+		if got == "bool" {
+			got = "boolean"
+		}
+		path := typeErr.Field
+		if path == "" && prefix == "" {
+			return fmt.Errorf("cannot decode object: want a JSON object, got JSON %s", policy.Clip(got))
+		}
+		return fmt.Errorf("%s%s: want %s, got JSON %s", prefix, policy.Clip(path), wantOf(typeErr), policy.Clip(got))
+	case errors.As(err, &fieldErr):
+		return fmt.Errorf("not JSON the API server writes: %s%s appears more than once", prefix, policy.Clip(fieldErr.FieldPath()))
 	}
-	return v
-}
-
-func (r *reader) failf(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf(format, args...)
+	if ok, _ := kjson.SyntaxErrorOffset(err); ok {
+		return fmt.Errorf("not JSON: %s", policy.Clip(err.Error()))
 	}
+	return fmt.Errorf("cannot decode: %s", policy.Clip(err.Error()))
 }
 
-func (r *reader) str(path ...string) string {
-	v := r.get(path...)
-	if v == nil {
+// wantOf names the JSON type a Go field wants.
+func wantOf(e *json.UnmarshalTypeError) string {
+	t := e.Type
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.String {
+			return "array of strings"
+		}
+		return "array"
+	}
+	if isInteger(t.Kind()) {
+		return "integer"
+	}
+	return t.String()
+}
+
+// listText is a list field's JSON text, compacted; "" when absent, null or
+// empty.
+func listText(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "[]" {
 		return ""
 	}
-	return r.strValue(v, path...)
-}
-
-// strValue reads a string; path names the field only if it is not one (the
-// path is joined on failure only, so reading allocates just the string).
-func (r *reader) strValue(v *fastjson.Value, path ...string) string {
-	b, err := v.StringBytes()
-	if err != nil {
-		r.failf("%s: want string, got JSON %s", strings.Join(path, "."), v.Type())
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	if b.String() == "[]" {
 		return ""
 	}
-	return string(b)
-}
-
-func (r *reader) object(path ...string) *fastjson.Object {
-	v := r.get(path...)
-	if v == nil {
-		return nil
-	}
-	o, err := v.Object()
-	if err != nil {
-		r.failf("%s: want object, got JSON %s", strings.Join(path, "."), v.Type())
-		return nil
-	}
-	return o
-}
-
-// raw returns the JSON text of a field, "" when absent, null or empty.
-func (r *reader) raw(path ...string) string {
-	v := r.get(path...)
-	if v == nil {
-		return ""
-	}
-	if a, err := v.Array(); err == nil && len(a) == 0 {
-		return ""
-	}
-	return string(v.MarshalTo(nil))
-}
-
-// metaTime reads a metadata timestamp, which the API server always writes.
-func (r *reader) metaTime(path ...string) time.Time {
-	s := r.str(path...)
-	if s == "" {
-		return time.Time{}
-	}
-	t, err := ParseTime(s)
-	if err != nil {
-		r.failf("%s: %v", strings.Join(path, "."), err)
-	}
-	return t
+	return b.String()
 }
 
 // maxManagedTimeBytes bounds a managedFields time worth parsing.
 const maxManagedTimeBytes = 64
 
+// maxManagedEntries bounds the managedFields entries read: the API server
+// keeps at most ten Update entries.
+const maxManagedEntries = 4096
+
+// managedEntry is one managedFields entry as leaseguard reads it.
+type managedEntry struct {
+	key, time  string
+	renewTime  bool
+	subresouce bool
+}
+
+// managedEntries reads the managedFields entries leniently, one at a time
+// into one struct (a review can carry thousands): a list that is not one
+// reads as none; a field of another type, or an entry that is no object,
+// is skipped and the rest read (the API server writes them).
+func managedEntries(raw json.RawMessage) []managedEntry {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil
+	}
+	dec := kjson.NewDecoderCaseSensitivePreserveInts(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return nil
+	}
+	var out []managedEntry
+	for len(out) < maxManagedEntries && dec.More() {
+		var e wireManagedEntry
+		if err := dec.Decode(&e); err != nil {
+			var typeErr *json.UnmarshalTypeError
+			if !errors.As(err, &typeErr) {
+				break
+			}
+		}
+		var t string
+		if len(e.Time) > 0 && e.Time[0] == '"' {
+			_ = json.Unmarshal(e.Time, &t)
+		}
+		out = append(out, managedEntry{
+			key:        e.Manager + "\n" + e.Operation + "\n" + e.Subresource + "\n" + e.APIVersion,
+			time:       t,
+			renewTime:  e.FieldsV1 != nil && e.FieldsV1.Spec != nil && len(e.FieldsV1.Spec.RenewTime) > 0,
+			subresouce: e.Subresource != "",
+		})
+	}
+	return out
+}
+
 // renewWrite is the time of the managedFields entry of the main resource
 // that owns spec.renewTime: when the API server stored the last write of
-// it. A malformed entry is skipped; the API server writes these entries.
-func (r *reader) renewWrite() time.Time {
-	entries := r.get("metadata", "managedFields")
-	if entries == nil {
-		return time.Time{}
-	}
-	list, err := entries.Array()
-	if err != nil {
-		return time.Time{}
-	}
+// it. The API server writes these times as whole seconds
+// (2026-01-02T15:04:05Z); a longer one is not its own.
+func renewWrite(entries []managedEntry) time.Time {
 	var latest time.Time
-	for _, e := range list {
-		if sub := e.GetStringBytes("subresource"); len(sub) > 0 {
+	for _, e := range entries {
+		if e.subresouce || !e.renewTime || len(e.time) > maxManagedTimeBytes {
 			continue
 		}
-		if e.Get("fieldsV1", "f:spec", "f:renewTime") == nil {
-			continue
-		}
-		// The API server writes these times as whole seconds
-		// (2026-01-02T15:04:05Z); a longer one is not its own.
-		b := e.GetStringBytes("time")
-		if len(b) > maxManagedTimeBytes {
-			continue
-		}
-		if t, ok := parseTime(string(b)); ok && t.After(latest) {
+		if t, ok := parseTime(e.time); ok && t.After(latest) {
 			latest = t
 		}
 	}
 	return latest
 }
 
-// maxManagedEntries bounds the managedFields entries whose times are kept:
-// the API server keeps at most ten Update entries, and the written object
-// is bounded in items before it is parsed.
-const maxManagedEntries = 4096
-
 // managedTimes lists every managedFields entry's time with its key. Times
 // longer than any the API server writes are kept as text only.
-func (r *reader) managedTimes() []policy.ManagedTime {
-	entries := r.get("metadata", "managedFields")
-	if entries == nil {
-		return nil
-	}
-	list, err := entries.Array()
-	if err != nil || len(list) == 0 {
-		return nil
-	}
-	out := make([]policy.ManagedTime, 0, min(len(list), maxManagedEntries))
-	for _, e := range list[:min(len(list), maxManagedEntries)] {
-		b := e.GetStringBytes("time")
-		if len(b) == 0 {
+func managedTimes(entries []managedEntry) []policy.ManagedTime {
+	var out []policy.ManagedTime
+	for _, e := range entries {
+		if e.time == "" {
 			continue
 		}
-		m := policy.ManagedTime{
-			Key: string(e.GetStringBytes("manager")) + "\n" + string(e.GetStringBytes("operation")) + "\n" +
-				string(e.GetStringBytes("subresource")) + "\n" + string(e.GetStringBytes("apiVersion")),
-			Raw: string(b[:min(len(b), maxManagedTimeBytes)]),
-		}
-		if len(b) <= maxManagedTimeBytes {
-			m.Time, _ = parseTime(string(b))
+		m := policy.ManagedTime{Key: e.key, Raw: e.time[:min(len(e.time), maxManagedTimeBytes)]}
+		if len(e.time) <= maxManagedTimeBytes {
+			m.Time, _ = parseTime(e.time)
 		}
 		out = append(out, m)
 	}
 	return out
 }
 
+// jsonType names the JSON type of a value's text as the messages do.
+func jsonType(raw json.RawMessage) string {
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't':
+		return "true"
+	case 'f':
+		return "false"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// present reports whether a field was written with a value other than null.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
 // unreadable records a spec field leaseguard cannot read; problem reads on
 // from the field's name (": want string, ...", " is negative (-1)").
-func (r *reader) unreadable(o *policy.Object, name string, v *fastjson.Value, problem string) {
-	o.Unreadable = append(o.Unreadable, policy.Unreadable{Field: "spec." + name, Raw: rawKey(v), Problem: problem})
+func unreadable(o *policy.Object, name string, raw json.RawMessage, problem string) {
+	o.Unreadable = append(o.Unreadable, policy.Unreadable{Field: "spec." + name, Raw: rawKey(raw), Problem: problem})
 }
 
 // maxRawBytes is the longest JSON text kept as an unreadable field's Raw;
@@ -359,88 +427,70 @@ func (r *reader) unreadable(o *policy.Object, name string, v *fastjson.Value, pr
 const maxRawBytes = 4 << 10
 
 // rawKey is what an unreadable field's value is compared by: its JSON
-// text, or for a long one its length and SHA-256. A string is taken as it
-// reads, not re-marshalled (fastjson re-quotes one holding a quote or a
-// control character, four bytes for each control character).
-func rawKey(v *fastjson.Value) string {
-	prefix, text := "", []byte(nil)
-	if v.Type() == fastjson.TypeString && len(v.GetStringBytes()) > maxRawBytes/4 {
-		// Quoted, it could be four times as long: digested as it reads.
-		prefix, text = "string ", v.GetStringBytes()
-	} else {
-		text = v.MarshalTo(nil)
+// text (as the API server writes both objects of a review), or for a long
+// one its length and SHA-256.
+func rawKey(raw json.RawMessage) string {
+	if len(raw) <= maxRawBytes {
+		return string(raw)
 	}
-	if len(text) <= maxRawBytes {
-		return prefix + string(text)
-	}
-	h := sha256.New()
-	h.Write([]byte(prefix))
-	h.Write(text)
-	return prefix + strconv.Itoa(len(text)) + " bytes, sha256 " + hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(raw)
+	return strconv.Itoa(len(raw)) + " bytes, sha256 " + hex.EncodeToString(sum[:])
 }
 
-func (r *reader) specStr(o *policy.Object, name string) string {
-	v := r.get("spec", name)
-	if v == nil {
+func specStr(o *policy.Object, name string, raw json.RawMessage) string {
+	if !present(raw) {
 		return ""
 	}
-	b, err := v.StringBytes()
-	if err != nil {
-		r.unreadable(o, name, v, ": want string, got JSON "+v.Type().String())
+	var s string
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		unreadable(o, name, raw, ": want string, got JSON "+jsonType(raw))
 		return ""
 	}
-	return string(b)
+	return s
 }
 
 // specTime reads a time as the API server accepts it (ParseTime).
-func (r *reader) specTime(o *policy.Object, name string) time.Time {
-	v := r.get("spec", name)
-	if v == nil {
+func specTime(o *policy.Object, name string, raw json.RawMessage) time.Time {
+	if !present(raw) {
 		return time.Time{}
 	}
-	b, err := v.StringBytes()
+	var s string
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		unreadable(o, name, raw, ": want an RFC 3339 time string, got JSON "+jsonType(raw))
+		return time.Time{}
+	}
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := ParseTime(s)
 	if err != nil {
-		r.unreadable(o, name, v, ": want an RFC 3339 time string, got JSON "+v.Type().String())
-		return time.Time{}
-	}
-	if len(b) == 0 {
-		return time.Time{}
-	}
-	t, err := ParseTime(string(b))
-	if err != nil {
-		r.unreadable(o, name, v, ": "+err.Error())
+		unreadable(o, name, raw, ": "+err.Error())
 		return t
 	}
-	if !TypedTime(string(b)) {
-		o.Untyped = append(o.Untyped, policy.Unreadable{Field: "spec." + name, Raw: rawKey(v),
-			Problem: " \"" + policy.Clip(string(b)) + "\" cannot be read by typed clients (metav1.MicroTime): write it as " + MicroTimeLayout})
+	if !TypedTime(s) {
+		o.Untyped = append(o.Untyped, policy.Unreadable{Field: "spec." + name, Raw: rawKey(raw),
+			Problem: " \"" + policy.Clip(s) + "\" cannot be read by typed clients (metav1.MicroTime): write it as " + MicroTimeLayout})
 	}
 	return t
 }
 
-// specSeconds reads a non-negative int32 count of seconds.
-func (r *reader) specSeconds(o *policy.Object, name string) time.Duration {
-	return time.Duration(r.specCount(o, name)) * time.Second
-}
-
 // specCount reads a non-negative int32.
-func (r *reader) specCount(o *policy.Object, name string) int32 {
-	v := r.get("spec", name)
-	if v == nil {
+func specCount(o *policy.Object, name string, raw json.RawMessage) int32 {
+	if !present(raw) {
 		return 0
 	}
-	if v.Type() != fastjson.TypeNumber {
-		r.unreadable(o, name, v, ": want integer, got JSON "+v.Type().String())
+	if jsonType(raw) != "number" {
+		unreadable(o, name, raw, ": want integer, got JSON "+jsonType(raw))
 		return 0
 	}
-	n, err := v.Int64()
+	n, err := strconv.ParseInt(string(raw), 10, 64)
 	switch {
 	case err != nil:
-		r.unreadable(o, name, v, ": want integer, got "+policy.Clip(v.String()))
+		unreadable(o, name, raw, ": want integer, got "+policy.Clip(string(raw)))
 	case n < 0:
-		r.unreadable(o, name, v, " is negative ("+strconv.FormatInt(n, 10)+")")
+		unreadable(o, name, raw, " is negative ("+strconv.FormatInt(n, 10)+")")
 	case n > math.MaxInt32:
-		r.unreadable(o, name, v, " is out of range ("+strconv.FormatInt(n, 10)+")")
+		unreadable(o, name, raw, " is out of range ("+strconv.FormatInt(n, 10)+")")
 	default:
 		return int32(n)
 	}
@@ -489,4 +539,13 @@ func DecodeAnyLenient(data []byte) (policy.Resource, *policy.Object, error) {
 	}
 	return "", nil, fmt.Errorf("object is %s %s, want coordination.k8s.io/v1 Lease or %s/%s %s",
 		orMissing(policy.Clip(head.APIVersion)), orMissing(policy.Clip(head.Kind)), mclv1alpha1.Group, mclv1alpha1.Version, mclv1alpha1.Kind)
+}
+
+func isInteger(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
 }
