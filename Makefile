@@ -104,8 +104,8 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	@echo "make test: every stage passed"; cat bin/test-stages.txt
 
 .PHONY: test-unit
-test-unit: ## Unit tests only: every package that needs no control plane (internal/ included), under the race detector.
-	$(GOTEST) ./api/... ./webhook/... ./certs/... ./config/... ./cmd/... ./internal/...
+test-unit: ## Unit tests only: every package that needs no control plane (internal/ and the test harness's own), under the race detector.
+	$(GOTEST) ./api/... ./webhook/... ./certs/... ./config/... ./cmd/... ./internal/... ./test/controlplane/... ./test/testfixtures/... ./test/procstat/...
 
 .PHONY: test-perf
 test-perf: ## Tests of the measuring programs (test/perf).
@@ -213,7 +213,7 @@ test-e2e-kind: ## kind cluster + image + cert-manager + leaseguard (config/e2e),
 .PHONY: bench-top
 bench-top: ## Benchmarks of leaseguard top's aggregation and informer path, and of the webhook's /debug/leases sketch.
 	@mkdir -p bin
-	go test -run='^$$' -bench='Observe|Report|InformerEvent' -benchmem -count=10 ./internal/leasetraffic ./internal/leasewatch ./webhook/leasestats | tee bin/bench-top.txt
+	go test -run='^$$' -bench='Observe|Report|InformerEvent' -benchmem -count=10 ./internal/top/leasetraffic ./internal/top/leasewatch ./webhook/leasestats | tee bin/bench-top.txt
 	$(BENCHSTAT) -col /sink -filter '.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
 	$(BENCHSTAT) -filter '-.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
 

@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leaseguard/leaseguard/internal/cli"
-	"github.com/leaseguard/leaseguard/internal/cli/topcmd"
+	"github.com/leaseguard/leaseguard/internal/top/topcmd"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".

@@ -74,7 +74,7 @@ func TestServerLinksNoTools(t *testing.T) {
 		}
 		for _, p := range deps {
 			for _, banned := range []string{"charm.land/", "github.com/charmbracelet/", "k8s.io/cli-runtime/",
-				"github.com/leaseguard/leaseguard/internal/cli/topcmd", "github.com/leaseguard/leaseguard/internal/topui"} {
+				"github.com/leaseguard/leaseguard/internal/top/topcmd", "github.com/leaseguard/leaseguard/internal/top/topui"} {
 				if strings.HasPrefix(p, banned) {
 					t.Errorf("cmd/leaseguard (tags %q) depends on %s", tags, p)
 				}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/testfixtures"
+	"github.com/leaseguard/leaseguard/test/testfixtures"
 )
 
 const (

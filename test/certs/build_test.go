@@ -1,5 +1,5 @@
 package certs
 
-import "github.com/leaseguard/leaseguard/internal/controlplane"
+import "github.com/leaseguard/leaseguard/test/controlplane"
 
 func buildLeaseguard(dir string) (string, error) { return controlplane.BuildLeaseguard(dir) }

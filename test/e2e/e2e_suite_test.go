@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // ExternalClusterVariable names the kubeconfig of a cluster to run against

@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // The image cannot be built here (no Docker engine), so this checks what it

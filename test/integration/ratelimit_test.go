@@ -26,7 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // controller-runtime's leader-election defaults.

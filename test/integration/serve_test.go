@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/admission"
 )
 

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/multicluster/gcslock"
 	"github.com/leaseguard/leaseguard/test/multicluster/kccmanager"
 	"github.com/leaseguard/leaseguard/test/multicluster/mclcontroller"

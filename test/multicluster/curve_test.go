@@ -19,7 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/leaseguard/leaseguard/internal/procstat"
+	"github.com/leaseguard/leaseguard/test/procstat"
 )
 
 // The load curve (docs/multicluster.md, "Load as a curve"): N namespace-mode

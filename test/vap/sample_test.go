@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/internal/testfixtures"
+	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/test/testfixtures"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

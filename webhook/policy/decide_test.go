@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/leaseguard/leaseguard/internal/testfixtures"
+	"github.com/leaseguard/leaseguard/test/testfixtures"
 )
 
 // decidePolicy holds one rule per scenario, each in its own namespace,

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/leaseguard/leaseguard/internal/procstat"
+	"github.com/leaseguard/leaseguard/test/procstat"
 )
 
 // measurement is one setup's run in one round.

@@ -3,7 +3,7 @@
 //
 //	go run ./dashshot -o ../../docs/dashboard.png   # make dashboard-png
 //
-// It starts a real kube-apiserver and etcd (internal/controlplane) with
+// It starts a real kube-apiserver and etcd (test/controlplane) with
 // leaseguard's admission configuration for config/samples/policy.yaml
 // (Config Connector namespace mode; early renewals coalesced by the mutating
 // webhook), the real `leaseguard serve`, and for --duration a workload
@@ -51,7 +51,7 @@ import (
 	"k8s.io/klog/v2"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/internal/controlplane"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 

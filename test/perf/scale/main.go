@@ -31,8 +31,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/controlplane"
-	"github.com/leaseguard/leaseguard/internal/procstat"
+	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/test/procstat"
 )
 
 type options struct {

@@ -11,7 +11,7 @@
 // (sink=noop). Reported per round: events delivered, peak RSS, Go heap,
 // CPU per event, and each lease's reported writes/s against the truth.
 //
-// apiserver: a real kube-apiserver and etcd (internal/controlplane), --leases
+// apiserver: a real kube-apiserver and etcd (test/controlplane), --leases
 // Leases written by --writers goroutines every --period, and the real
 // `leaseguard top --once -A -o json` binary watching them; its rates are
 // compared with the writes the API server acknowledged, and its peak RSS
@@ -35,9 +35,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
-	"github.com/leaseguard/leaseguard/internal/leasewatch"
-	"github.com/leaseguard/leaseguard/internal/leasewatch/leasewatchtest"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
+	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
@@ -28,7 +28,7 @@ func object(ns, name, holder string, renew time.Duration, designated string) *po
 // without them.
 func sample(t *testing.T, coalescing bool) *Projector {
 	t.Helper()
-	data, err := os.ReadFile("../../config/samples/policy.yaml")
+	data, err := os.ReadFile("../../../config/samples/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

@@ -1,6 +1,6 @@
 // Package topcmd is `top`, the kubectl plugin's live view of lease traffic
 // (docs/top.md). It is a package of its own, apart from internal/cli,
-// because it links the terminal UI (internal/topui) and kubectl's client
+// because it links the terminal UI (internal/top/topui) and kubectl's client
 // options (k8s.io/cli-runtime), which the server's binary must not carry.
 package topcmd
 
@@ -23,11 +23,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/leaseguard/leaseguard/internal/cli"
-	"github.com/leaseguard/leaseguard/internal/leaseprojection"
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
-	"github.com/leaseguard/leaseguard/internal/leasewatch"
-	"github.com/leaseguard/leaseguard/internal/topui"
-	"github.com/leaseguard/leaseguard/internal/webhookstats"
+	"github.com/leaseguard/leaseguard/internal/top/leaseprojection"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
+	"github.com/leaseguard/leaseguard/internal/top/topui"
+	"github.com/leaseguard/leaseguard/internal/top/webhookstats"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )

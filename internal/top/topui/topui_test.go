@@ -11,7 +11,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

@@ -8,8 +8,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
-	"github.com/leaseguard/leaseguard/internal/leasewatch/leasewatchtest"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

@@ -15,7 +15,7 @@ package leaseprojection
 import (
 	"time"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 

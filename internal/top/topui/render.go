@@ -15,7 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaseguard/leaseguard/internal/leasetraffic"
+	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 )
 
 // Format is an output format (-o).
