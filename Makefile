@@ -106,6 +106,8 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 .PHONY: test-unit
 test-unit: ## Unit tests only: every package that needs no control plane (internal/ and the test harness's own), under the race detector.
 	$(GOTEST) ./api/... ./webhook/... ./certs/... ./config/... ./cmd/... ./internal/... ./test/controlplane/... ./test/testfixtures/... ./test/procstat/...
+	@# Every benchmark once: their fixtures assert what they measure, and rot unseen otherwise.
+	env $(TEST_ENV) go test -count=1 -run='^$$' -bench=. -benchtime=1x ./webhook/... ./internal/...
 
 .PHONY: test-perf
 test-perf: ## Tests of the measuring programs (test/perf).

@@ -1282,13 +1282,16 @@ func renewalFixture(tb testing.TB) (*Policy, *Request) {
 	return p, &Request{Resource: Leases, Operation: Update, Caller: kccA, Old: old, New: nw, Now: t0.Add(5 * sec)}
 }
 
-// deniedFixture: a KCC manager renews the shared MultiClusterLease while
+// deniedFixture: a KCC manager changes the shared MultiClusterLease while
 // another manager's designation is fresh (I2).
 func deniedFixture(tb testing.TB) (*Policy, *Request) {
 	tb.Helper()
 	p := mustCompile(tb, decidePolicy)
 	a := kccMgrA.Username
 	old := mk(MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a))
-	nw := mk(MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a), renewAt(5*sec))
+	// A renewal that also changes the lease duration: not a shared renewal
+	// (those are acknowledged, never refused by I2), so the designated
+	// writer's alone.
+	nw := mk(MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a), renewAt(5*sec), leaseDur(30*sec))
 	return p, &Request{Resource: MultiClusterLeases, Operation: Update, Caller: kccMgrB, Old: old, New: nw, Now: t0.Add(5 * sec)}
 }
