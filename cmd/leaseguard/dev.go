@@ -26,8 +26,8 @@ import (
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/config"
-	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/internal/devexamples"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/server"
 )

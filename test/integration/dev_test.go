@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/internal/devexamples"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // `make run` is `leaseguard dev`: it must reach "ready", and every example it

@@ -29,8 +29,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 )

@@ -3,7 +3,6 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -216,15 +215,6 @@ func TestHostileBodiesAreRefusedWithAShortMessage(t *testing.T) {
 			}
 		})
 	}
-}
-
-// manyAnnotations is n annotations "a0":"v" to "a<n-1>":"v", each after a comma.
-func manyAnnotations(n int) string {
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, `,"a%d":"v"`, i)
-	}
-	return b.String()
 }
 
 // oversizedReview is an AdmissionReview one byte over MaxReviewBytes, with

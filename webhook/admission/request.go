@@ -175,11 +175,7 @@ func toPolicyRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.
 // prefixed puts a field's path before an error of a value decoded on its
 // own ("request.options: fieldManager: want string, ...").
 func prefixed(path string, err error) error {
-	msg := err.Error()
-	if strings.HasPrefix(msg, "cannot decode object: ") {
-		msg = strings.TrimPrefix(msg, "cannot decode object: ")
-	}
-	return errors.New(path + "." + msg)
+	return errors.New(path + "." + strings.TrimPrefix(err.Error(), "cannot decode object: "))
 }
 
 // decodeObject reads request.object or request.oldObject, which the

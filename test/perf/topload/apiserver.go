@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // apiserver runs the real `kubectl leaseguard top --once` binary against a real API
