@@ -195,6 +195,8 @@ func startDemo(ctx context.Context, admin *rest.Config, log logr.Logger) error {
 		return err
 	}
 	go func() {
+		// The first renewal one period after the create, which stamped
+		// renewTime (at once it would be refused as too early).
 		t := time.NewTicker(6 * time.Second)
 		defer t.Stop()
 		for {

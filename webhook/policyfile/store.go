@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -93,16 +94,7 @@ func (s *Store) LastError() string {
 // works the same for a plain file, an editor's rename-and-replace and a
 // ConfigMap volume's symlink swap, which file-event watchers handle unevenly.
 func (s *Store) Watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Reload()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { s.Reload() }, interval)
 }
 
 // Reload reads the file once and swaps the policy in if the file changed and

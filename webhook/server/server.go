@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -289,20 +290,13 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, tlsConfig *tls.
 }
 
 func waitReady(ctx context.Context, srv *webhookServer, ready func()) error {
-	check := srv.ready
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if check(nil) == nil {
-			ready()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return srv.ready(nil) == nil, nil
+	})
+	if err == nil {
+		ready()
 	}
+	return nil
 }
 
 type promLogger struct{ log logr.Logger }

@@ -267,6 +267,8 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 // pollWebhookStats reads the webhook's /debug/leases until ctx ends; a
 // failed poll shows on the status line and is retried.
 func pollWebhookStats(ctx context.Context, t *webhookstats.Tracker, every time.Duration) {
+	// A ticker, not wait.UntilWithContext: the first poll is one interval
+	// after the one top makes at start, not at once again.
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -282,6 +284,8 @@ func pollWebhookStats(ctx context.Context, t *webhookstats.Tracker, every time.D
 // streamReports prints a report every interval until interrupted, as `top
 // -b` does when the output is not a terminal.
 func streamReports(ctx context.Context, w io.Writer, report topui.Source, ro leasetraffic.ReportOptions, f topui.Format, interval time.Duration) error {
+	// A ticker, not wait.UntilWithContext: the first report covers one
+	// interval of traffic, and a report's error ends the stream.
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
