@@ -53,7 +53,7 @@ rules:
 `
 
 // The names of the setups, in report order.
-var setupNames = []string{"none", "vap", "leaseguard-vap", "leaseguard-vap-static", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
+var setupNames = []string{"none", "vap", "leaseguard-vap", "leaseguard-vap-static", "noop-plain", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
 
 // setup is one way of admitting the renewals.
 type setup struct {
@@ -123,7 +123,8 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 		"vap":                   b.vapSetup(),
 		"leaseguard-vap":        b.generatedVAPSetup("leaseguard-vap", generated),
 		"leaseguard-vap-static": b.generatedVAPSetup("leaseguard-vap-static", generatedStatic),
-		"noop-webhook":          b.noopSetup(noopURL),
+		"noop-plain":            b.noopSetup("noop-plain", noopURL, ""),
+		"noop-webhook":          b.noopSetup("noop-webhook", noopURL, selectedNS),
 		"leaseguard-selected":   b.leaseguardSetup(rendered, selectedNS),
 		"leaseguard-unselected": b.leaseguardSetup(rendered, unselectedNS),
 	}
@@ -274,12 +275,14 @@ func (b *bench) vapSetup() *setup {
 }
 
 // noopSetup calls a controller-runtime webhook that decodes the review and
-// allows: what any webhook costs before it decides anything.
-func (b *bench) noopSetup(url string) *setup {
-	cfg := b.webhookConfiguration("bench-noop", url, selectedNS)
+// allows: what any webhook costs before it decides anything. Scoped to ns
+// by a namespaceSelector, as leaseguard's is; with ns empty it is matched by
+// its rules only (noop-plain: the floor of any webhook on Leases).
+func (b *bench) noopSetup(name, url, ns string) *setup {
+	cfg := b.webhookConfiguration("bench-"+name, url, ns)
 	api := b.admin.AdmissionregistrationV1
 	return &setup{
-		name: "noop-webhook", namespace: selectedNS,
+		name: name, namespace: selectedNS,
 		install: func(ctx context.Context) error {
 			_, err := api().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
 			return err
@@ -303,11 +306,12 @@ func (b *bench) noopSetup(url string) *setup {
 }
 
 // webhookConfiguration scopes a webhook as leaseguard's generated one is:
-// the Leases of one namespace, failurePolicy Fail.
+// the Leases of one namespace (every Lease when ns is empty), failurePolicy
+// Fail.
 func (b *bench) webhookConfiguration(name, url, ns string) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	fail := admissionregistrationv1.Fail
 	none := admissionregistrationv1.SideEffectClassNone
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name: name + ".leaseguard.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: &none, FailurePolicy: &fail,
@@ -317,9 +321,12 @@ func (b *bench) webhookConfiguration(name, url, ns string) *admissionregistratio
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
 			}},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
 		}},
 	}
+	if ns != "" {
+		cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
+	}
+	return cfg
 }
 
 // leaseguardSetup installs the configuration leaseguard renders for the
