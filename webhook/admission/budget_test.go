@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"golang.org/x/sync/semaphore"
+	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -95,16 +96,7 @@ func TestLongStringsCostAboutTheirSize(t *testing.T) {
 			}
 			body := r.json()
 			body = bytes.ReplaceAll(body, []byte(`\\x7f`), []byte{0x7f})
-			runtime.GC()
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			_, resp := post(t, h, body)
-			runtime.ReadMemStats(&after)
-			alloc := after.TotalAlloc - before.TotalAlloc
-			t.Logf("a %d-byte review allocated %.1f× its size", len(body), float64(alloc)/float64(len(body)))
-			if alloc > 8*uint64(len(body)) {
-				t.Errorf("a %d-byte review allocated %d MiB (%.0f× its size)", len(body), alloc>>20, float64(alloc)/float64(len(body)))
-			}
+			resp := postWithin8xItsSize(t, h, body)
 			if msg := ""; resp.Result != nil {
 				if msg = resp.Result.Message; len(msg) > 800 {
 					t.Errorf("message of %d bytes", len(msg))
@@ -112,6 +104,23 @@ func TestLongStringsCostAboutTheirSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// postWithin8xItsSize posts body and fails the test when answering it
+// allocated more than eight times its size.
+func postWithin8xItsSize(t *testing.T, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, resp := post(t, h, body)
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("a %d-byte review allocated %.1f× its size", len(body), float64(alloc)/float64(len(body)))
+	if alloc > 8*uint64(len(body)) {
+		t.Errorf("a %d-byte review allocated %d MiB (%.0f× its size)", len(body), alloc>>20, float64(alloc)/float64(len(body)))
+	}
+	return resp
 }
 
 // A review stuffed with items (labels, empty values, managedFields entries)
@@ -136,16 +145,7 @@ func TestItemsCostAboutTheirSize(t *testing.T) {
 				t.Fatal("the stuffing did not go in")
 			}
 			body := review{kind: "MultiClusterLease", operation: "UPDATE", user: managerA, oldObject: c.object, object: c.object}.json()
-			runtime.GC()
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			_, resp := post(t, h, body)
-			runtime.ReadMemStats(&after)
-			alloc := after.TotalAlloc - before.TotalAlloc
-			t.Logf("a %d-byte review allocated %.1f× its size", len(body), float64(alloc)/float64(len(body)))
-			if alloc > 8*uint64(len(body)) {
-				t.Errorf("a %d-byte review allocated %d MiB (%.0f× its size)", len(body), alloc>>20, float64(alloc)/float64(len(body)))
-			}
+			resp := postWithin8xItsSize(t, h, body)
 			if !resp.Allowed {
 				t.Errorf("the designated manager's write was not decided as one: %+v", resp.Result)
 			}
