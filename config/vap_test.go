@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // config/vap/vap.yaml is what `leaseguard vap` renders for the sample
@@ -16,17 +16,17 @@ func TestVAPManifestsAreGeneratedFromTheSamplePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := manifests.VAPDefaults()
+	o := vap.Defaults()
 	o.Coalescing = true
 	p, err := policyfile.Parse(data, policy.CompileOptions{OwnNamespace: o.Namespace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := manifests.RenderVAP(p, o)
+	r, err := vap.Render(p, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := r.YAML(manifests.VAPHeader("--config config/" + SamplePolicyPath + " --coalesce"))
+	want, err := r.YAML(vap.Header("--config config/" + SamplePolicyPath + " --coalesce"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // NewVAPCommand is `vap`: the policy as ValidatingAdmissionPolicies, for
 // clusters without the webhook.
 func NewVAPCommand() *cobra.Command {
-	o := manifests.VAPDefaults()
+	o := vap.Defaults()
 	coalesce := NewCoalesceFlag(manifests.CoalesceOff, manifests.CoalesceInAPIServer, manifests.CoalesceOff)
 	var configPath, outPath string
 	var strict bool
@@ -64,11 +65,11 @@ Exit status: 0 when rendered; 1 with --strict when anything is limited;
 		if err != nil {
 			return Usage(err)
 		}
-		r, err := manifests.RenderVAP(p, o)
+		r, err := vap.Render(p, o)
 		if err != nil {
 			return Usage(err)
 		}
-		data, err := r.YAML(manifests.VAPHeader(manifests.VAPArgs(configPath, o)))
+		data, err := r.YAML(vap.Header(vap.Args(configPath, o)))
 		if err != nil {
 			return err
 		}

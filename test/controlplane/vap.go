@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/config"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // StartWithoutWebhooks starts kube-apiserver and etcd with the
@@ -51,7 +52,7 @@ func StartWithoutWebhooks(o Options) (*ControlPlane, error) {
 // probe with a write they refuse. (Their status, with the type checking,
 // is written by kube-controller-manager, which this control plane does
 // not run.)
-func InstallVAP(ctx context.Context, cfg *rest.Config, r *manifests.VAPRendered) error {
+func InstallVAP(ctx context.Context, cfg *rest.Config, r *vap.Rendered) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // Shared by the tests of this package.
@@ -30,7 +31,7 @@ var (
 	// webhookEnv is guarded by leaseguard's webhook, vapEnv by the emitted
 	// policies only.
 	webhookEnv, vapEnv *env
-	rendered           *manifests.VAPRendered
+	rendered           *vap.Rendered
 	guard              *controlplane.Leaseguard
 )
 
@@ -86,9 +87,9 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = vcp.Stop() }()
-	opts := manifests.VAPDefaults()
+	opts := vap.Defaults()
 	opts.Coalescing = true
-	if rendered, err = manifests.RenderVAP(pol, opts); err != nil {
+	if rendered, err = vap.Render(pol, opts); err != nil {
 		return 0, err
 	}
 	if err := controlplane.InstallVAP(ctx, vcp.Config, rendered); err != nil {

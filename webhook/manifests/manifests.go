@@ -22,6 +22,7 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/celexpr"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
@@ -137,11 +138,7 @@ func Render(p *policy.Policy, o Options) (*Rendered, error) {
 	if o.Coalescing == "" {
 		o.Coalescing = CoalesceInAPIServer
 	}
-	rules := make([]policy.RuleView, len(p.Rules))
-	for i, r := range p.Rules {
-		rules[i] = r.View()
-	}
-	g := &generator{o: o, rules: rules, skew: p.ClockSkew}
+	g := &generator{o: o, rules: views(p), skew: p.ClockSkew}
 	out := &Rendered{Validating: g.validating()}
 	out.Mutating = g.mutating()
 	out.Coalescing, out.CoalescingBinding = g.coalescingPolicy()
@@ -166,17 +163,14 @@ func (g *generator) note(format string, args ...any) {
 	g.notes = append(g.notes, n)
 }
 
-// neverIntercepted are the namespaces no webhook of leaseguard is called
-// for (docs/design.md §5).
-func (g *generator) neverIntercepted() []string {
-	return append(append([]string(nil), policy.NeverIntercepted...), g.o.Namespace)
-}
-
-// namespaceSelector never selects the control plane's namespaces nor
-// leaseguard's own, and, when every rule names its namespaces, only those.
-func (g *generator) namespaceSelector(rules []policy.RuleView) *metav1.LabelSelector {
+// NamespaceSelector never selects the control plane's namespaces nor
+// leaseguard's own (namespace), and, when every rule names its namespaces,
+// only those (docs/design.md §5). The webhook configurations and the
+// admission policies select with it alike.
+func NamespaceSelector(namespace string, rules []policy.RuleView) *metav1.LabelSelector {
+	neverIntercepted := append(append([]string(nil), policy.NeverIntercepted...), namespace)
 	exprs := []metav1.LabelSelectorRequirement{{
-		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: g.neverIntercepted(),
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: neverIntercepted,
 	}}
 	literal := map[string]bool{}
 	for _, r := range rules {
@@ -199,18 +193,18 @@ func (g *generator) namespaceSelector(rules []policy.RuleView) *metav1.LabelSele
 	return &metav1.LabelSelector{MatchExpressions: exprs}
 }
 
-// controlPlane are the conditions that keep node heartbeats and the control
+// ControlPlaneConditions are the conditions that keep node heartbeats and the control
 // plane's own elections away from leaseguard (docs/design.md §5).
-func controlPlane() []admissionregistrationv1.MatchCondition {
+func ControlPlaneConditions() []admissionregistrationv1.MatchCondition {
 	return []admissionregistrationv1.MatchCondition{
 		{Name: "not-a-node", Expression: "!request.userInfo.username.startsWith('system:node:') && !(has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups)"},
 		{Name: "not-the-control-plane", Expression: "!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler', 'system:apiserver']) && !request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
 	}
 }
 
-// resourceRules are the admission rules for the given resources and
+// ResourceRules are the admission rules for the given resources and
 // operations; status adds MultiClusterLeases' status subresource.
-func resourceRules(resources []policy.Resource, ops []admissionregistrationv1.OperationType, status bool) []admissionregistrationv1.RuleWithOperations {
+func ResourceRules(resources []policy.Resource, ops []admissionregistrationv1.OperationType, status bool) []admissionregistrationv1.RuleWithOperations {
 	scope := admissionregistrationv1.NamespacedScope
 	var out []admissionregistrationv1.RuleWithOperations
 	for _, res := range resources {
@@ -268,9 +262,9 @@ func (g *generator) clientConfig(path string) admissionregistrationv1.WebhookCli
 func (g *generator) selected() string {
 	parts := make([]string, len(g.rules))
 	for i := range g.rules {
-		parts[i] = selects(&g.rules[i])
+		parts[i] = celexpr.Selects(&g.rules[i])
 	}
-	return or(parts...)
+	return celexpr.Or(parts...)
 }
 
 // noop renders "an UPDATE that changes nothing leaseguard guards": the same
@@ -281,7 +275,7 @@ func (g *generator) selected() string {
 // renewal becomes.
 func noop() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
-	return and(
+	return celexpr.And(
 		"request.operation == 'UPDATE'",
 		same("?spec"),
 		// A status write under the status writer's field-manager name
@@ -303,7 +297,7 @@ const maxComparedManagedFields = 32
 // managedFieldsSameButTime renders "the managedFields entries are the same
 // but for their times", which the API server then reverts.
 func managedFieldsSameButTime() string {
-	return and(
+	return celexpr.And(
 		"object.metadata.?managedFields.orValue([]).size() <= "+strconv.Itoa(maxComparedManagedFields),
 		"object.metadata.?managedFields.orValue([]).size() == oldObject.metadata.?managedFields.orValue([]).size()",
 		"object.metadata.?managedFields.orValue([]).all(m, oldObject.metadata.?managedFields.orValue([]).exists(o, "+
@@ -316,7 +310,7 @@ func managedFieldsSameButTime() string {
 // path, a renewal, CEL stops there.
 func noopFirstRenewTime() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
-	return and("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"), same("?status"),
+	return celexpr.And("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"), same("?status"),
 		same("metadata.?labels"), same("metadata.?annotations"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"), managedFieldsSameButTime())
 }
@@ -336,13 +330,13 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 			Name:                    name,
 			AdmissionReviewVersions: []string{"v1"},
 			ClientConfig:            g.clientConfig(path),
-			Rules:                   resourceRules(resources, ops, status),
+			Rules:                   ResourceRules(resources, ops, status),
 			SideEffects:             &none,
 			MatchPolicy:             &equivalent,
 			TimeoutSeconds:          &g.o.TimeoutSeconds,
 			FailurePolicy:           fp,
-			NamespaceSelector:       g.namespaceSelector(g.rules),
-			MatchConditions:         append(controlPlane(), decides),
+			NamespaceSelector:       NamespaceSelector(g.o.Namespace, g.rules),
+			MatchConditions:         append(ControlPlaneConditions(), decides),
 		}
 	}
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
@@ -354,17 +348,17 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	}
 	if g.o.FailOpen {
 		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, admission.ValidatePath, &ignore, all, true,
-			admissionregistrationv1.MatchCondition{Name: "selected-and-changed", Expression: and(selected, not(noop()))})}
+			admissionregistrationv1.MatchCondition{Name: "selected-and-changed", Expression: celexpr.And(selected, celexpr.Not(noop()))})}
 		return cfg
 	}
 	// Identity changes (creates, deletes, status, holder, lease fields,
 	// designation, finalizers, owner references), any write by someone
 	// other than the rule's rightful renewer, and any renewal ahead of the
 	// server clock are never admitted without leaseguard (policy.FailClosed).
-	closed := or(identityChange(resources), not(g.rightfulRenewers()), renewTimeAhead(g.skew))
+	closed := celexpr.Or(celexpr.IdentityChange(resources), celexpr.Not(g.rightfulRenewers()), renewTimeAhead(g.skew))
 	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
 		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
-			Name: "selected-fail-closed", Expression: and(selected, closed),
+			Name: "selected-fail-closed", Expression: celexpr.And(selected, closed),
 		}),
 		// Every other UPDATE that changes something (the holders' renewals,
 		// free metadata) keeps flowing while leaseguard is down, so no
@@ -374,7 +368,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		// whatever it receives (after a policy change, before the
 		// configuration follows, the routing may be the old policy's).
 		entry(RenewalsWebhook, admission.RenewalsPath, &ignore, updates, false, admissionregistrationv1.MatchCondition{
-			Name: "selected-and-changed", Expression: and(selected, not(noopFirstRenewTime()), not(closed)),
+			Name: "selected-and-changed", Expression: celexpr.And(selected, celexpr.Not(noopFirstRenewTime()), celexpr.Not(closed)),
 		}),
 	}
 	return cfg
@@ -398,15 +392,15 @@ func renewTimeAhead(skew time.Duration) string {
 	stamped := mf + ".filter(m, has(m.time) && !oldObject.metadata.?managedFields.orValue([]).exists(o, " +
 		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))" +
 		".map(m, timestamp(m.time))"
-	allowed := "duration(" + quote((skew + time.Second).String()) + ")"
+	allowed := "duration(" + celexpr.Quote((skew + time.Second).String()) + ")"
 	// Nothing re-stamped (a second write by the same manager within one
 	// second): every entry is as stored, and the latest is this second.
 	latest := mf + ".filter(m, has(m.time)).map(m, timestamp(m.time)).max()"
-	return and("request.operation == 'UPDATE'", spec("object", "renewTime")+".hasValue()",
-		spec("object", "renewTime")+" != "+spec("oldObject", "renewTime"),
-		or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields),
-			ternary(stamped+".size() > 0", "timestamp(object.spec.renewTime) > "+stamped+".min() + "+allowed,
-				and(mf+".exists(m, has(m.time))", "timestamp(object.spec.renewTime) > "+latest+" + "+allowed))))
+	return celexpr.And("request.operation == 'UPDATE'", celexpr.Spec("object", "renewTime")+".hasValue()",
+		celexpr.Spec("object", "renewTime")+" != "+celexpr.Spec("oldObject", "renewTime"),
+		celexpr.Or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields),
+			celexpr.Ternary(stamped+".size() > 0", "timestamp(object.spec.renewTime) > "+stamped+".min() + "+allowed,
+				celexpr.And(mf+".exists(m, has(m.time))", "timestamp(object.spec.renewTime) > "+latest+" + "+allowed))))
 }
 
 // rightfulRenewers renders "the caller is the rightful renewer of the stored
@@ -415,7 +409,7 @@ func renewTimeAhead(skew time.Duration) string {
 func (g *generator) rightfulRenewers() string {
 	parts := make([]string, len(g.rules))
 	for i := range g.rules {
-		renewer, exact := sharedRenewer(&g.rules[i])
+		renewer, exact := celexpr.SharedRenewer(&g.rules[i])
 		if !exact {
 			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: its bind template %q has several captures, which CEL cannot match", g.rules[i].Name, g.rules[i].Bind.ManagerText)
 			renewer = "true"
@@ -424,9 +418,9 @@ func (g *generator) rightfulRenewers() string {
 			// The condition has checked that the one rule selects.
 			return renewer
 		}
-		parts[i] = and(selectsFirst(g.rules, i), renewer)
+		parts[i] = celexpr.And(celexpr.SelectsFirst(g.rules, i), renewer)
 	}
-	return or(parts...)
+	return celexpr.Or(parts...)
 }
 
 // mutating renders the mutating webhook: for the rules with designation:
@@ -439,20 +433,20 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 	for i := range g.rules {
 		r := &g.rules[i]
 		var why []string
-		manager, _ := isManager(r)
-		designated := annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+		manager, _ := celexpr.IsManager(r)
+		designated := celexpr.Annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
 		switch {
 		case r.Designation == policy.DesignationAuto:
 			// The stamp (policy.Designate), and the acknowledgement of
 			// the other managers' MultiClusterLease renewals
 			// (policy.Acknowledge).
-			why = append(why, and(manager, or("request.operation == 'CREATE'", designated+" != "+celUser)))
+			why = append(why, celexpr.And(manager, celexpr.Or("request.operation == 'CREATE'", designated+" != "+celexpr.User)))
 		case contains(r.Resources, policy.MultiClusterLeases) && r.Designation == policy.DesignationFixed:
-			why = append(why, and("request.resource.resource == "+quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
-				manager, celUser+" != "+quote(r.FixedManager)))
+			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
+				manager, celexpr.User+" != "+celexpr.Quote(r.FixedManager)))
 		case contains(r.Resources, policy.MultiClusterLeases) && r.Designation == policy.DesignationByAnnotation:
-			why = append(why, and("request.resource.resource == "+quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
-				manager, designated+" != ''", designated+" != "+celUser))
+			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
+				manager, designated+" != ''", designated+" != "+celexpr.User))
 		}
 		if r.CoalesceInterval > 0 && g.o.Coalescing == CoalesceInWebhook {
 			if c, ok := g.earlyRenewal(i); ok {
@@ -460,7 +454,7 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 			}
 		}
 		if len(why) > 0 {
-			parts = append(parts, and(selectsFirst(g.rules, i), or(why...)))
+			parts = append(parts, celexpr.And(celexpr.SelectsFirst(g.rules, i), celexpr.Or(why...)))
 			rules = append(rules, *r)
 		}
 	}
@@ -479,7 +473,7 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 			Name:                    DesignateWebhook,
 			AdmissionReviewVersions: []string{"v1"},
 			ClientConfig:            g.clientConfig(admission.MutatePath),
-			Rules:                   resourceRules(resourcesOf(rules), ops, false),
+			Rules:                   ResourceRules(resourcesOf(rules), ops, false),
 			SideEffects:             &none,
 			MatchPolicy:             &equivalent,
 			TimeoutSeconds:          &g.o.TimeoutSeconds,
@@ -487,9 +481,9 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 			// validation still decides the write.
 			FailurePolicy:      &ignore,
 			ReinvocationPolicy: &never,
-			NamespaceSelector:  g.namespaceSelector(rules),
-			MatchConditions: append(controlPlane(), admissionregistrationv1.MatchCondition{
-				Name: "may-need-designation", Expression: or(parts...),
+			NamespaceSelector:  NamespaceSelector(g.o.Namespace, rules),
+			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{
+				Name: "may-need-designation", Expression: celexpr.Or(parts...),
 			}),
 		}},
 	}
@@ -500,25 +494,25 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 // It reports false where CEL cannot say it exactly.
 func (g *generator) earlyRenewal(i int) (string, bool) {
 	r := &g.rules[i]
-	renewer, exact := rightfulRenewer(r)
+	renewer, exact := celexpr.RightfulRenewer(r)
 	if !exact {
 		g.note("rule %s: renewals are not coalesced: its bind template %q has several captures, which CEL cannot match", r.Name, r.Bind.ManagerText)
 		return "", false
 	}
 	moves := make([]string, len(r.Resources))
 	for j, res := range r.Resources {
-		moves[j] = onlyRenewTimeMoves(res)
+		moves[j] = celexpr.OnlyRenewTimeMoves(res)
 	}
 	// Cheap and selective first: a renewal that is due (advance at least the
 	// interval) stops at the advance.
 	// (cel.bind is not in the API server's CEL environment: the advance is
 	// written out twice.)
 	advance := "(timestamp(object.spec.renewTime) - timestamp(oldObject.spec.renewTime))"
-	interval := "duration(" + quote(durationString(r.CoalesceInterval)) + ")"
-	early := and(advance+" < "+interval, advance+" >= duration('0s')")
-	return and(selectsFirst(g.rules, i), "request.operation == 'UPDATE'",
-		spec("oldObject", "renewTime")+".hasValue()", spec("object", "renewTime")+".hasValue()", early,
-		or(moves...), renewer, outlives(interval)), true
+	interval := "duration(" + celexpr.Quote(durationString(r.CoalesceInterval)) + ")"
+	early := celexpr.And(advance+" < "+interval, advance+" >= duration('0s')")
+	return celexpr.And(celexpr.SelectsFirst(g.rules, i), "request.operation == 'UPDATE'",
+		celexpr.Spec("oldObject", "renewTime")+".hasValue()", celexpr.Spec("object", "renewTime")+".hasValue()", early,
+		celexpr.Or(moves...), renewer, outlives(interval)), true
 }
 
 // outlives renders policy.Coalesce's server-clock check: the stored lease
@@ -534,6 +528,24 @@ func outlives(interval string) string {
 }
 
 func durationString(d time.Duration) string { return d.String() }
+
+// CoalescingPolicy is the MutatingAdmissionPolicy that coalesces p's early
+// renewals in the API server, as Render renders it with CoalesceInAPIServer
+// for objects named by prefix, and the notes on what it leaves out. Both
+// are nil when no rule coalesces.
+func CoalescingPolicy(p *policy.Policy, prefix, namespace string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, []string) {
+	g := &generator{o: Options{Namespace: namespace, Prefix: prefix, Coalescing: CoalesceInAPIServer}, rules: views(p), skew: p.ClockSkew}
+	pol, binding := g.coalescingPolicy()
+	return pol, binding, g.notes
+}
+
+func views(p *policy.Policy) []policy.RuleView {
+	rules := make([]policy.RuleView, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = r.View()
+	}
+	return rules
+}
 
 // coalescingPolicy renders the MutatingAdmissionPolicy that sets an early
 // renewal's renewTime back to the stored one: the write then changes
@@ -570,11 +582,11 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "leaseguard"}},
 		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
 			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: g.namespaceSelector(rules),
+				NamespaceSelector: NamespaceSelector(g.o.Namespace, rules),
 				ResourceRules:     resourceRules,
 				MatchPolicy:       &equivalent,
 			},
-			MatchConditions: append(controlPlane(), admissionregistrationv1.MatchCondition{Name: "early-renewal", Expression: or(parts...)}),
+			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{Name: "early-renewal", Expression: celexpr.Or(parts...)}),
 			// A renewal the policy cannot judge is stored, as without it.
 			FailurePolicy:      &ignore,
 			ReinvocationPolicy: never,
@@ -595,5 +607,5 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 }
 
 func resourceRulesFor(resources []policy.Resource) []admissionregistrationv1.RuleWithOperations {
-	return resourceRules(resources, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, false)
+	return ResourceRules(resources, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, false)
 }

@@ -33,14 +33,24 @@ func PatchHeader(configPath string) string {
 // YAML renders the configuration as one multi-document YAML file, with a
 // header that says where it came from and, as comments, the notes.
 func (r *Rendered) YAML(header string) ([]byte, error) {
+	comments := make([]string, len(r.Notes))
+	for i, n := range r.Notes {
+		comments[i] = "NOTE: " + n
+	}
+	return WriteYAML(header, comments, r.Objects())
+}
+
+// WriteYAML writes objs as one multi-document YAML file after a header and
+// comment lines, each line commented out.
+func WriteYAML(header string, comments []string, objs []any) ([]byte, error) {
 	var b bytes.Buffer
 	for _, line := range strings.Split(strings.TrimRight(header, "\n"), "\n") {
 		b.WriteString("# " + line + "\n")
 	}
-	for _, n := range r.Notes {
-		b.WriteString("# NOTE: " + n + "\n")
+	for _, c := range comments {
+		b.WriteString("# " + c + "\n")
 	}
-	for _, obj := range r.Objects() {
+	for _, obj := range objs {
 		data, err := yaml.Marshal(obj)
 		if err != nil {
 			return nil, fmt.Errorf("rendering %T: %w", obj, err)

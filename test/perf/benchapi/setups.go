@@ -28,6 +28,7 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // The renewed Leases live in selectedNS, which leaseguard's policy selects,
@@ -108,13 +109,13 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 	if err != nil {
 		return nil, err
 	}
-	generated, err := manifests.RenderVAP(p, manifests.VAPDefaults())
+	generated, err := vap.Render(p, vap.Defaults())
 	if err != nil {
 		return nil, err
 	}
-	staticOptions := manifests.VAPDefaults()
+	staticOptions := vap.Defaults()
 	staticOptions.StaticMessages = true
-	generatedStatic, err := manifests.RenderVAP(p, staticOptions)
+	generatedStatic, err := vap.Render(p, staticOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +193,7 @@ func (b *bench) refusesIntruder(ns, want string) func(context.Context) error {
 
 // generatedVAPSetup is leaseguard without the webhook: the policy as the
 // ValidatingAdmissionPolicies `leaseguard vap` renders (docs/vap.md).
-func (b *bench) generatedVAPSetup(name string, r *manifests.VAPRendered) *setup {
+func (b *bench) generatedVAPSetup(name string, r *vap.Rendered) *setup {
 	api := b.admin.AdmissionregistrationV1
 	return &setup{
 		name: name, namespace: selectedNS,

@@ -12,13 +12,13 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // vapFor renders `leaseguard vap` for the sample policy and returns the
 // policy of the bound Leases' rule.
-func vapFor(b *testing.B, rule string, o manifests.VAPOptions) *admissionregistrationv1.ValidatingAdmissionPolicy {
-	r, err := manifests.RenderVAP(samplePolicy(b), o)
+func vapFor(b *testing.B, rule string, o vap.Options) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	r, err := vap.Render(samplePolicy(b), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -82,8 +82,8 @@ func BenchmarkVAP(b *testing.B) {
 			}
 		}
 	}
-	b.Run("as-rendered", func(b *testing.B) { run(b, vapFor(b, "kcc-namespace-leases", manifests.VAPDefaults())) })
-	static := manifests.VAPDefaults()
+	b.Run("as-rendered", func(b *testing.B) { run(b, vapFor(b, "kcc-namespace-leases", vap.Defaults())) })
+	static := vap.Defaults()
 	static.StaticMessages = true
 	b.Run("static-messages", func(b *testing.B) { run(b, vapFor(b, "kcc-namespace-leases", static)) })
 	// What the server's clock alone costs: the rendered variables, and one

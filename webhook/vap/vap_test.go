@@ -1,4 +1,4 @@
-package manifests
+package vap
 
 import (
 	"os"
@@ -15,20 +15,22 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
-func renderVAP(t *testing.T, src string, o VAPOptions) *VAPRendered {
+const head = "apiVersion: leaseguard.io/v1alpha1\nkind: LeasePolicy\nrules:\n"
+
+func renderVAP(t *testing.T, src string, o Options) *Rendered {
 	t.Helper()
 	p, err := policyfile.Parse([]byte(src), policy.CompileOptions{OwnNamespace: o.Namespace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := RenderVAP(p, o)
+	r, err := Render(p, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-func sampleVAP(t *testing.T, o VAPOptions) *VAPRendered {
+func sampleVAP(t *testing.T, o Options) *Rendered {
 	t.Helper()
 	data, err := os.ReadFile("../../config/samples/policy.yaml")
 	if err != nil {
@@ -64,7 +66,7 @@ func TestVAPShape(t *testing.T) {
   resources: [leases]
   managers: ["svc:*"]
   enforcement: audit
-`, VAPDefaults())
+`, Defaults())
 	var names []string
 	actions := map[string]admissionregistrationv1.ValidationAction{}
 	for i, p := range r.Policies {
@@ -116,7 +118,7 @@ func TestVAPShape(t *testing.T) {
 
 // What the policies do not enforce is listed for each rule, never dropped.
 func TestVAPLimitsOfTheSample(t *testing.T) {
-	r := sampleVAP(t, VAPDefaults())
+	r := sampleVAP(t, Defaults())
 	want := []string{
 		"kcc-mcl unsupported  designation: auto",
 		"kcc-mcl partial I2 designation: auto",
@@ -133,7 +135,7 @@ func TestVAPLimitsOfTheSample(t *testing.T) {
 	if r.Coalescing != nil {
 		t.Errorf("a coalescing policy was rendered without VAPOptions.Coalescing")
 	}
-	o := VAPDefaults()
+	o := Defaults()
 	o.Coalescing = true
 	with := sampleVAP(t, o)
 	if with.Coalescing == nil || with.CoalescingBinding == nil || len(with.Limits) != len(want)-2 {
@@ -155,7 +157,7 @@ func TestVAPBindWithSeveralCaptures(t *testing.T) {
   bind:
     manager: "system:serviceaccount:{ns}:manager-{team}"
     lease: "{ns}-{team}"
-`, VAPDefaults())
+`, Defaults())
 	if got := limitStrings(r.Limits); !slices.Equal(got, []string{"multi unsupported I9 bind"}) {
 		t.Fatalf("limits %v", got)
 	}
@@ -176,7 +178,7 @@ func TestVAPOneBindRule(t *testing.T) {
     manager: "system:serviceaccount:bench:elector-{id}"
     lease: "leader-{id}"
   holderBinding: pod
-`, VAPDefaults())
+`, Defaults())
 	if len(r.Policies) != 1 || len(r.Bindings) != 1 || len(r.Limits) != 0 || r.Coalescing != nil {
 		t.Fatalf("policies %d, bindings %d, limits %v", len(r.Policies), len(r.Bindings), limitStrings(r.Limits))
 	}
@@ -191,7 +193,7 @@ var codeLiteral = regexp.MustCompile(`"((?:I[0-9]+|cannot-decide)[A-Za-z0-9-]*)"
 // with a one-line static message under 256 bytes, and every validation's
 // code can be named: the procedure and its messages cannot drift apart.
 func TestVAPEveryFailureHasOneValidation(t *testing.T) {
-	o := VAPDefaults()
+	o := Defaults()
 	sources := []string{head + `- name: auto
   resources: [leases, multiclusterleases]
   namespaces: [t]
@@ -259,10 +261,10 @@ func TestVAPEveryFailureHasOneValidation(t *testing.T) {
 // The YAML carries the limits as comments and reads back strictly as the
 // API types.
 func TestVAPYAML(t *testing.T) {
-	o := VAPDefaults()
+	o := Defaults()
 	o.Coalescing = true
 	r := sampleVAP(t, o)
-	data, err := r.YAML(VAPHeader("--config config/samples/policy.yaml --coalesce"))
+	data, err := r.YAML(Header("--config config/samples/policy.yaml --coalesce"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,14 +284,14 @@ func TestVAPYAML(t *testing.T) {
 }
 
 func TestRenderVAPNeedsAPolicyAndAPlace(t *testing.T) {
-	if _, err := RenderVAP(nil, VAPDefaults()); err == nil {
+	if _, err := Render(nil, Defaults()); err == nil {
 		t.Error("rendering no policy succeeded")
 	}
 	p, err := policyfile.Parse([]byte(head+"- name: r\n  resources: [leases]\n  managers: [a]\n"), policy.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RenderVAP(p, VAPOptions{}); err == nil {
+	if _, err := Render(p, Options{}); err == nil {
 		t.Error("rendering without a prefix or namespace succeeded")
 	}
 }
@@ -307,8 +309,8 @@ func variable(p *admissionregistrationv1.ValidatingAdmissionPolicy, name string)
 // and validation expressions, each validation keeping its fixed message and
 // losing its messageExpression.
 func TestVAPStaticMessagesChangeOnlyTheMessages(t *testing.T) {
-	exact := sampleVAP(t, VAPDefaults())
-	o := VAPDefaults()
+	exact := sampleVAP(t, Defaults())
+	o := Defaults()
 	o.StaticMessages = true
 	static := sampleVAP(t, o)
 	if len(static.Policies) != len(exact.Policies) || len(static.Policies) == 0 {
@@ -335,7 +337,16 @@ func TestVAPStaticMessagesChangeOnlyTheMessages(t *testing.T) {
 			}
 		}
 	}
-	if got := VAPArgs("policy.yaml", o); got != "--config policy.yaml --static-messages" {
+	if got := Args("policy.yaml", o); got != "--config policy.yaml --static-messages" {
 		t.Errorf("header args %q", got)
 	}
+}
+
+func condition(conds []admissionregistrationv1.MatchCondition, name string) string {
+	for _, c := range conds {
+		if c.Name == name {
+			return c.Expression
+		}
+	}
+	return ""
 }

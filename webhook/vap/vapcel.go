@@ -1,4 +1,4 @@
-package manifests
+package vap
 
 import (
 	"regexp"
@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/celexpr"
 	"github.com/leaseguard/leaseguard/webhook/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -49,9 +50,7 @@ const timeRE = `^[1-8][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0
 
 const maxInt32 = "2147483647"
 
-func ternary(cond, yes, no string) string { return "(" + cond + " ? " + yes + " : " + no + ")" }
-
-func lit(s string) string { return quote(s) }
+func lit(s string) string { return celexpr.Quote(s) }
 
 // kind is the lower-case singular leaseguard's messages use.
 func (c *vapCEL) kind() string {
@@ -91,25 +90,25 @@ func field(side, name string) string {
 }
 
 func specValue(obj, name, zero string) string {
-	return ternary(obj+" == null", zero, obj+".?spec.?"+name+".orValue("+zero+")")
+	return celexpr.Ternary(obj+" == null", zero, obj+".?spec.?"+name+".orValue("+zero+")")
 }
 
 // readableInt is what the webhook reads from a stored integer: an
 // int32 >= 0, else nothing (0).
 func readableInt(x string) string {
-	return ternary(x+" >= 0 && "+x+" <= "+maxInt32, x, "0")
+	return celexpr.Ternary(x+" >= 0 && "+x+" <= "+maxInt32, x, "0")
 }
 
 // parsedTime renders an optional timestamp from the raw string variable
 // raw: none when empty or unreadable.
 func parsedTime(raw string) string {
-	return ternary(raw+" != '' && "+raw+".upperAscii().matches("+quote(timeRE)+")",
+	return celexpr.Ternary(raw+" != '' && "+raw+".upperAscii().matches("+celexpr.Quote(timeRE)+")",
 		"optional.of(timestamp("+raw+".upperAscii()))", "optional.none()")
 }
 
 // managedTimeOK renders "s is a time the policies read" for a
 // managedFields or metadata time (the API server writes them canonical).
-func managedTimeOK(s string) string { return s + ".matches(" + quote(timeRE) + ")" }
+func managedTimeOK(s string) string { return s + ".matches(" + celexpr.Quote(timeRE) + ")" }
 
 func managedFields(obj string) string { return obj + ".metadata.?managedFields.orValue([])" }
 
@@ -125,10 +124,10 @@ func entryKey(m string) string {
 func renewWrite(obj string) string {
 	list := managedFields(obj) + ".filter(m, m.?subresource.orValue('') == '' && m.?fieldsV1[?'f:spec'][?'f:renewTime'].hasValue() && " +
 		managedTimeOK("m.?time.orValue('')") + ").map(m, timestamp(m.time))"
-	return ternary(obj+" == null", "optional.none()", "["+list+"].map(l, l.size() == 0 ? optional.none() : optional.of(l.max()))[0]")
+	return celexpr.Ternary(obj+" == null", "optional.none()", "["+list+"].map(l, l.size() == 0 ? optional.none() : optional.of(l.max()))[0]")
 }
 
-func (c *vapCEL) skewDuration() string { return "duration(" + quote(c.skew.String()) + ")" }
+func (c *vapCEL) skewDuration() string { return "duration(" + celexpr.Quote(c.skew.String()) + ")" }
 
 // variables are the rule's facts about the request, in dependency order.
 func (c *vapCEL) variables() []admissionregistrationv1.Variable {
@@ -137,11 +136,11 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add := func(name, expr string) {
 		out = append(out, admissionregistrationv1.Variable{Name: name, Expression: expr})
 	}
-	podKey := quote(policy.PodNameExtra)
+	podKey := celexpr.Quote(policy.PodNameExtra)
 
 	// Who is who.
-	add("user", celUser)
-	add("pod", ternary("has(request.userInfo.extra) && request.userInfo.extra[?"+podKey+"].orValue([]).size() > 0",
+	add("user", celexpr.User)
+	add("pod", celexpr.Ternary("has(request.userInfo.extra) && request.userInfo.extra[?"+podKey+"].orValue([]).size() > 0",
 		"request.userInfo.extra["+podKey+"][0]", "''"))
 	add("statusWriter", callerMatches(r.StatusWriters))
 	bound := "false"
@@ -149,14 +148,14 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 		bound = boundAnyCaptures(r.Bind, v("user"))
 	}
 	add("bound", bound)
-	manager := []string{anyGlob(v("user"), r.Managers), v("bound")}
+	manager := []string{celexpr.AnyGlob(v("user"), r.Managers), v("bound")}
 	if r.Designation == policy.DesignationFixed {
-		manager = append(manager, v("user")+" == "+quote(r.FixedManager))
+		manager = append(manager, v("user")+" == "+celexpr.Quote(r.FixedManager))
 	}
-	add("manager", or(manager...))
+	add("manager", celexpr.Or(manager...))
 	boundLease := "true"
 	if r.Bind != nil && r.Bind.ManagerCaps == 1 {
-		boundLease = objectName + " == " + c.boundLeaseName()
+		boundLease = celexpr.ObjectName + " == " + c.boundLeaseName()
 	}
 	add("boundLease", boundLease)
 
@@ -170,14 +169,14 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 			add(field(side, f), specValue(obj, f, "''"))
 		}
 		for _, f := range c.timeFields() {
-			add(field(side, f)+"Raw", ternary(obj+" == null", "''", "string("+obj+".?spec.?"+f+".orValue(''))"))
+			add(field(side, f)+"Raw", celexpr.Ternary(obj+" == null", "''", "string("+obj+".?spec.?"+f+".orValue(''))"))
 			add(field(side, f), parsedTime(v(field(side, f)+"Raw")))
 		}
 		for _, f := range c.intFields() {
 			add(field(side, f)+"Raw", "int("+specValue(obj, f, "0")+")")
 			add(field(side, f), readableInt(v(field(side, f)+"Raw")))
 		}
-		add(side+"Designated", ternary(obj+" == null", "''", annotation(obj, policy.DesignationAnnotation)+".orValue('')"))
+		add(side+"Designated", celexpr.Ternary(obj+" == null", "''", celexpr.Annotation(obj, policy.DesignationAnnotation)+".orValue('')"))
 	}
 
 	// What the write changes.
@@ -187,14 +186,14 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	}
 	for _, f := range c.timeFields() {
 		o, n := v(field("old", f)), v(field("new", f))
-		same = append(same, or(v(field("old", f)+"Raw")+" == "+v(field("new", f)+"Raw"),
-			and(o+".hasValue()", n+".hasValue()", tv(o)+" == "+tv(n))))
+		same = append(same, celexpr.Or(v(field("old", f)+"Raw")+" == "+v(field("new", f)+"Raw"),
+			celexpr.And(o+".hasValue()", n+".hasValue()", tv(o)+" == "+tv(n))))
 	}
 	for _, f := range c.intFields() {
 		same = append(same, v(field("old", f)+"Raw")+" == "+v(field("new", f)+"Raw"))
 	}
-	add("specSame", and(append([]string{"request.operation == 'UPDATE'"}, same...)...))
-	add("metadataOnly", and(v("specSame"), v("oldDesignated")+" == "+v("newDesignated")))
+	add("specSame", celexpr.And(append([]string{"request.operation == 'UPDATE'"}, same...)...))
+	add("metadataOnly", celexpr.And(v("specSame"), v("oldDesignated")+" == "+v("newDesignated")))
 	if !c.lease() {
 		add("sharedRenewal", c.sharedRenewal())
 	}
@@ -207,9 +206,9 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("newRenewWrite", renewWrite("object"))
 
 	// Expiry of the stored lease (docs/policy.md, "Expiry and staleness").
-	ref := ternary(v("oldRenewTime")+".hasValue()", tv(v("oldRenewTime")),
-		ternary(v("oldRenewTimeRaw")+" != '' && "+v("oldRenewWrite")+".hasValue()", tv(v("oldRenewWrite")), c.acquireOrCreation()))
-	add("staleAt", ternary("oldObject == null", "timestamp(0)",
+	ref := celexpr.Ternary(v("oldRenewTime")+".hasValue()", tv(v("oldRenewTime")),
+		celexpr.Ternary(v("oldRenewTimeRaw")+" != '' && "+v("oldRenewWrite")+".hasValue()", tv(v("oldRenewWrite")), c.acquireOrCreation()))
+	add("staleAt", celexpr.Ternary("oldObject == null", "timestamp(0)",
 		ref+" + duration(string("+v("oldLeaseDurationSeconds")+" > 0 ? "+v("oldLeaseDurationSeconds")+" : "+
 			strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second))+") + 's') + "+c.skewDuration()))
 	add("stale", "oldObject != null && "+v("now")+".hasValue() && "+tv(v("now"))+" > "+v("staleAt"))
@@ -218,9 +217,9 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	// The checks, each '' when it passes, else the failure's code.
 	// A stored record ahead of the clock was written by a client (before
 	// clockRewritten refused that): no record of the server's.
-	add("recordFailure", ternary(and("request.operation == 'UPDATE'", v("oldRenewWrite")+".hasValue()",
+	add("recordFailure", celexpr.Ternary(celexpr.And("request.operation == 'UPDATE'", v("oldRenewWrite")+".hasValue()",
 		"!("+v("now")+".hasValue() && "+tv(v("oldRenewWrite"))+" > "+tv(v("now"))+" + "+c.skewDuration()+")",
-		ternary(v("newRenewWrite")+".hasValue()", tv(v("newRenewWrite"))+" < "+tv(v("oldRenewWrite")), v("newRenewTime")+".hasValue()")),
+		celexpr.Ternary(v("newRenewWrite")+".hasValue()", tv(v("newRenewWrite"))+" < "+tv(v("oldRenewWrite")), v("newRenewTime")+".hasValue()")),
 		lit(codeRecord), "''"))
 	add("unreadableFailure", c.unreadableFailure())
 	add("designationFailure", c.designationFailure())
@@ -233,7 +232,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 
 	// For messages only (never evaluated on an admitted write).
 	add("designatedRelative", relative(v("oldDesignated")))
-	add("fixedRelative", relative(quote(r.FixedManager)))
+	add("fixedRelative", relative(celexpr.Quote(r.FixedManager)))
 	return out
 }
 
@@ -253,7 +252,7 @@ func (c *vapCEL) sharedRenewal() string {
 	plain = append(plain,
 		"object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])",
 		"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
-	return and(plain...)
+	return celexpr.And(plain...)
 }
 
 // clockVariables render the server's clock. On CREATE it is
@@ -269,29 +268,29 @@ func (c *vapCEL) sharedRenewal() string {
 func (c *vapCEL) clockVariables(add func(name, expr string)) {
 	timeOf := "m.?time.orValue('')"
 	update := "request.operation == 'UPDATE'"
-	add("storedLatest", ternary("!("+update+")", "timestamp(0)",
+	add("storedLatest", celexpr.Ternary("!("+update+")", "timestamp(0)",
 		"("+managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").map(m, timestamp(m.time)) + "+
-			ternary(managedTimeOK("oldObject.metadata.?creationTimestamp.orValue('')"), "[timestamp(oldObject.metadata.creationTimestamp)]", "[timestamp(0)]")+
+			celexpr.Ternary(managedTimeOK("oldObject.metadata.?creationTimestamp.orValue('')"), "[timestamp(oldObject.metadata.creationTimestamp)]", "[timestamp(0)]")+
 			").max()"))
 	// What this write changes, as managedFields name it.
 	var spec []string
 	for _, f := range c.stringFields() {
-		spec = append(spec, ternary(v(field("old", f))+" != "+v(field("new", f)), lit("f:"+f), "''"))
+		spec = append(spec, celexpr.Ternary(v(field("old", f))+" != "+v(field("new", f)), lit("f:"+f), "''"))
 	}
 	for _, f := range c.timeFields() {
-		spec = append(spec, ternary(v(field("old", f)+"Raw")+" != "+v(field("new", f)+"Raw"), lit("f:"+f), "''"))
+		spec = append(spec, celexpr.Ternary(v(field("old", f)+"Raw")+" != "+v(field("new", f)+"Raw"), lit("f:"+f), "''"))
 	}
 	for _, f := range c.intFields() {
-		spec = append(spec, ternary(v(field("old", f)+"Raw")+" != "+v(field("new", f)+"Raw"), lit("f:"+f), "''"))
+		spec = append(spec, celexpr.Ternary(v(field("old", f)+"Raw")+" != "+v(field("new", f)+"Raw"), lit("f:"+f), "''"))
 	}
-	add("changedSpec", ternary(update, "["+strings.Join(spec, ", ")+"].filter(f, f != '')", "[]"))
+	add("changedSpec", celexpr.Ternary(update, "["+strings.Join(spec, ", ")+"].filter(f, f != '')", "[]"))
 	changedKeys := func(field string) string {
-		return ternary(update, "object.metadata.?"+field+".orValue({}).filter(k, oldObject.metadata.?"+field+".orValue({})[?k] != optional.of(object.metadata."+field+"[k]))", "[]")
+		return celexpr.Ternary(update, "object.metadata.?"+field+".orValue({}).filter(k, oldObject.metadata.?"+field+".orValue({})[?k] != optional.of(object.metadata."+field+"[k]))", "[]")
 	}
 	add("changedLabels", changedKeys("labels"))
 	add("changedAnnotations", changedKeys("annotations"))
-	add("addedFinalizers", ternary(update, "object.metadata.?finalizers.orValue([]).filter(f, !(f in oldObject.metadata.?finalizers.orValue([])))", "[]"))
-	add("changedOwners", ternary(update, "object.metadata.?ownerReferences.orValue([]).filter(r, !(r in oldObject.metadata.?ownerReferences.orValue([]))).map(r, r.?uid.orValue(''))", "[]"))
+	add("addedFinalizers", celexpr.Ternary(update, "object.metadata.?finalizers.orValue([]).filter(f, !(f in oldObject.metadata.?finalizers.orValue([])))", "[]"))
+	add("changedOwners", celexpr.Ternary(update, "object.metadata.?ownerReferences.orValue([]).filter(r, !(r in oldObject.metadata.?ownerReferences.orValue([]))).map(r, r.?uid.orValue(''))", "[]"))
 	owns := func(path ...string) string {
 		out := "m.?fieldsV1"
 		for _, p := range path {
@@ -299,7 +298,7 @@ func (c *vapCEL) clockVariables(add func(name, expr string)) {
 		}
 		return out + ".hasValue()"
 	}
-	writer := or(
+	writer := celexpr.Or(
 		v("changedSpec")+".exists(f, "+owns("'f:spec'", "f")+")",
 		v("changedLabels")+".exists(k, "+owns("'f:metadata'", "'f:labels'", "'f:' + k")+")",
 		v("changedAnnotations")+".exists(k, "+owns("'f:metadata'", "'f:annotations'", "'f:' + k")+")",
@@ -308,18 +307,18 @@ func (c *vapCEL) clockVariables(add func(name, expr string)) {
 	)
 	// Built from a guarded ternary and then mapped, so that it type-checks
 	// as a list of timestamps.
-	add("writerStamps", ternary(update, managedFields("object"), "[]")+
+	add("writerStamps", celexpr.Ternary(update, managedFields("object"), "[]")+
 		".filter(m, m.?subresource.orValue('') == '' && "+managedTimeOK(timeOf)+" && "+writer+").map(m, timestamp(m.time))")
-	add("now", ternary("request.operation == 'CREATE'",
-		ternary(managedTimeOK("object.metadata.?creationTimestamp.orValue('')"), "optional.of(timestamp(object.metadata.creationTimestamp))", "optional.none()"),
-		ternary(update,
-			ternary(v("writerStamps")+".size() > 0", "optional.of("+v("writerStamps")+".min())", "optional.of("+v("storedLatest")+")"),
+	add("now", celexpr.Ternary("request.operation == 'CREATE'",
+		celexpr.Ternary(managedTimeOK("object.metadata.?creationTimestamp.orValue('')"), "optional.of(timestamp(object.metadata.creationTimestamp))", "optional.none()"),
+		celexpr.Ternary(update,
+			celexpr.Ternary(v("writerStamps")+".size() > 0", "optional.of("+v("writerStamps")+".min())", "optional.of("+v("storedLatest")+")"),
 			"optional.none()")))
 	// Entries this write adds or re-dates, other than by the API server's
 	// stamp: none may lie ahead of the clock.
-	add("storedStamps", ternary("!("+update+")", "{}",
+	add("storedStamps", celexpr.Ternary("!("+update+")", "{}",
 		managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").transformMapEntry(i, m, {"+entryKey("m")+": m.time})"))
-	add("clockRewritten", ternary(update, managedFields("object"), "[]")+
+	add("clockRewritten", celexpr.Ternary(update, managedFields("object"), "[]")+
 		".exists(m, "+managedTimeOK(timeOf)+" && "+v("storedStamps")+"[?"+entryKey("m")+"].orValue('') != m.time && timestamp(m.time) > "+tv(v("now"))+" + "+c.skewDuration()+")")
 }
 
@@ -328,32 +327,32 @@ func (c *vapCEL) acquireOrCreation() string {
 	if !c.lease() {
 		return creation
 	}
-	return ternary(v("oldAcquireTime")+".hasValue()", tv(v("oldAcquireTime")), creation)
+	return celexpr.Ternary(v("oldAcquireTime")+".hasValue()", tv(v("oldAcquireTime")), creation)
 }
 
 // boundAnyCaptures renders "the username fits the bind template": exactly,
 // also with several captures (each a non-empty run without ':').
 func boundAnyCaptures(b *policy.BindView, user string) string {
 	if b.ManagerCaps == 1 {
-		m, _ := boundManager(b)
-		return strings.ReplaceAll(m, celUser, user)
+		m, _ := celexpr.BoundManager(b)
+		return strings.ReplaceAll(m, celexpr.User, user)
 	}
 	parts := make([]string, len(b.ManagerLits))
 	for i, l := range b.ManagerLits {
 		parts[i] = regexp.QuoteMeta(l)
 	}
-	return user + ".matches(" + quote("^"+strings.Join(parts, "[^:]+")+"$") + ")"
+	return user + ".matches(" + celexpr.Quote("^"+strings.Join(parts, "[^:]+")+"$") + ")"
 }
 
 // boundLeaseName renders the lease bound to the caller, for a template with
 // one capture.
 func (c *vapCEL) boundLeaseName() string {
 	b := c.r.Bind
-	capture := strings.ReplaceAll(capture(b), celUser, v("user"))
+	capture := strings.ReplaceAll(celexpr.Capture(b), celexpr.User, v("user"))
 	var parts []string
 	for i, l := range b.LeaseLits {
 		if l != "" {
-			parts = append(parts, quote(l))
+			parts = append(parts, celexpr.Quote(l))
 		}
 		if i < len(b.LeaseCaps) {
 			parts = append(parts, capture)
@@ -410,7 +409,7 @@ func (c *vapCEL) unreadableFailure() string {
 	for i := len(ints) - 1; i >= 0; i-- {
 		f := ints[i]
 		n, o := v(field("new", f)+"Raw"), v(field("old", f)+"Raw")
-		out = ternary(and("object != null", "("+n+" < 0 || "+n+" > "+maxInt32+")", n+" != "+o), lit(codeUnreadable+f), out)
+		out = celexpr.Ternary(celexpr.And("object != null", "("+n+" < 0 || "+n+" > "+maxInt32+")", n+" != "+o), lit(codeUnreadable+f), out)
 	}
 	times := c.timeFields()
 	for i := len(times) - 1; i >= 0; i-- {
@@ -420,9 +419,9 @@ func (c *vapCEL) unreadableFailure() string {
 		// A Lease's times are typed by the API server; a custom resource's
 		// are stored as written, and must be what metav1.MicroTime reads.
 		if !c.lease() {
-			out = ternary(and(raw+" != ''", v(field("new", f))+".hasValue()", changed, "!"+raw+".matches("+quote(microTimeRE)+")"), lit(codeUnreadable+codeUntyped+f), out)
+			out = celexpr.Ternary(celexpr.And(raw+" != ''", v(field("new", f))+".hasValue()", changed, "!"+raw+".matches("+celexpr.Quote(microTimeRE)+")"), lit(codeUnreadable+codeUntyped+f), out)
 		}
-		out = ternary(and(raw+" != ''", "!"+v(field("new", f))+".hasValue()", changed), lit(codeUnreadable+f), out)
+		out = celexpr.Ternary(celexpr.And(raw+" != ''", "!"+v(field("new", f))+".hasValue()", changed), lit(codeUnreadable+f), out)
 	}
 	return out
 }
@@ -440,26 +439,26 @@ func (c *vapCEL) designationFailure() string {
 		return lit(codeOperatorsOnly)
 	}
 	old, nw, user := v("oldDesignated"), v("newDesignated"), v("user")
-	return ternary(nw+" == ''", ternary(old+" != '' && "+old+" == "+user, "''", lit(codeRemove)),
-		ternary(nw+" != "+user, lit(codeOther),
-			ternary(old+" != '' && "+old+" != "+user+" && !"+v("stale"), lit(codeTakeover), "''")))
+	return celexpr.Ternary(nw+" == ''", celexpr.Ternary(old+" != '' && "+old+" == "+user, "''", lit(codeRemove)),
+		celexpr.Ternary(nw+" != "+user, lit(codeOther),
+			celexpr.Ternary(old+" != '' && "+old+" != "+user+" && !"+v("stale"), lit(codeTakeover), "''")))
 }
 
 // designatedFailure is I2 (or I11 for a write that changes only finalizers
 // or owner references): who may write while a designation holds.
 func (c *vapCEL) designatedFailure() string {
 	code := func(suffix string) string {
-		return ternary(v("metadataOnly"), lit(codeOwnership+suffix), lit(codeDesignatedWrite+suffix))
+		return celexpr.Ternary(v("metadataOnly"), lit(codeOwnership+suffix), lit(codeDesignatedWrite+suffix))
 	}
 	old, user := v("oldDesignated"), v("user")
 	switch c.r.Designation {
 	case policy.DesignationFixed:
-		return ternary(user+" == "+quote(c.r.FixedManager), "''", code(codeFixed))
+		return celexpr.Ternary(user+" == "+celexpr.Quote(c.r.FixedManager), "''", code(codeFixed))
 	case policy.DesignationByAnnotation:
-		return ternary(old+" != '' && "+old+" == "+user, "''", ternary(old+" == ''", code(codeNoneYet), code(codeAnnotated)))
+		return celexpr.Ternary(old+" != '' && "+old+" == "+user, "''", celexpr.Ternary(old+" == ''", code(codeNoneYet), code(codeAnnotated)))
 	case policy.DesignationAuto:
 		// A DELETE has no clock: a recorded designation holds.
-		return ternary(or("oldObject == null", old+" == ''", old+" == "+user, v("stale")), "''", code(codeAuto))
+		return celexpr.Ternary(celexpr.Or("oldObject == null", old+" == ''", old+" == "+user, v("stale")), "''", code(codeAuto))
 	}
 	return "''"
 }
@@ -469,7 +468,7 @@ func (c *vapCEL) designatedFailure() string {
 func (c *vapCEL) holdsLease() string {
 	switch c.r.HolderBinding {
 	case policy.HolderBindingPod:
-		return and(v("pod")+" != ''", holderIsPod(v("oldHolderIdentity")))
+		return celexpr.And(v("pod")+" != ''", holderIsPod(v("oldHolderIdentity")))
 	case policy.HolderBindingUsername:
 		return v("oldHolderIdentity") + " == " + v("user")
 	}
@@ -477,7 +476,7 @@ func (c *vapCEL) holdsLease() string {
 }
 
 func holderIsPod(h string) string {
-	return or(h+" == "+v("pod"), h+".startsWith("+v("pod")+" + '_')")
+	return celexpr.Or(h+" == "+v("pod"), h+".startsWith("+v("pod")+" + '_')")
 }
 
 // fencingFailure is I4.
@@ -488,18 +487,18 @@ func (c *vapCEL) fencingFailure() string {
 	rest := "''"
 	if c.lease() {
 		oldT, newT := v("oldLeaseTransitions"), v("newLeaseTransitions")
-		createMax = ternary(newT+" == "+maxInt32, lit(codeCreateMax), "''")
-		transHeld = ternary(newT+" != "+oldT, lit(codeTransHeld), "''")
-		rest = ternary(newH+" == ''", ternary(newT+" != "+oldT, lit(codeTransRelease), "''"),
-			ternary(newT+" != "+oldT+" + 1", lit(codeCount),
-				ternary(or("!"+v("newAcquireTime")+".hasValue()",
-					and(v("oldAcquireTime")+".hasValue()", tv(v("newAcquireTime"))+" == "+tv(v("oldAcquireTime")))),
+		createMax = celexpr.Ternary(newT+" == "+maxInt32, lit(codeCreateMax), "''")
+		transHeld = celexpr.Ternary(newT+" != "+oldT, lit(codeTransHeld), "''")
+		rest = celexpr.Ternary(newH+" == ''", celexpr.Ternary(newT+" != "+oldT, lit(codeTransRelease), "''"),
+			celexpr.Ternary(newT+" != "+oldT+" + 1", lit(codeCount),
+				celexpr.Ternary(celexpr.Or("!"+v("newAcquireTime")+".hasValue()",
+					celexpr.And(v("oldAcquireTime")+".hasValue()", tv(v("newAcquireTime"))+" == "+tv(v("oldAcquireTime")))),
 					lit(codeAcquire), "''")))
 	}
-	return ternary("oldObject == null", createMax,
-		ternary(oldH+" == "+newH, transHeld,
-			ternary(newH+" != '' && "+v("live"), lit(codeHolder),
-				ternary(newH+" == '' && "+v("live")+" && !("+c.holdsLease()+")", lit(codeRelease), rest))))
+	return celexpr.Ternary("oldObject == null", createMax,
+		celexpr.Ternary(oldH+" == "+newH, transHeld,
+			celexpr.Ternary(newH+" != '' && "+v("live"), lit(codeHolder),
+				celexpr.Ternary(newH+" == '' && "+v("live")+" && !("+c.holdsLease()+")", lit(codeRelease), rest))))
 }
 
 // holderFailure is I5.
@@ -507,9 +506,9 @@ func (c *vapCEL) holderFailure() string {
 	h := v("newHolderIdentity")
 	switch c.r.HolderBinding {
 	case policy.HolderBindingPod:
-		return ternary(h+" == ''", "''", ternary(v("pod")+" == ''", lit(codeNoPod), ternary(holderIsPod(h), "''", lit(codePod))))
+		return celexpr.Ternary(h+" == ''", "''", celexpr.Ternary(v("pod")+" == ''", lit(codeNoPod), celexpr.Ternary(holderIsPod(h), "''", lit(codePod))))
 	case policy.HolderBindingUsername:
-		return ternary(h+" == '' || "+h+" == "+v("user"), "''", lit(codeUsername))
+		return celexpr.Ternary(h+" == '' || "+h+" == "+v("user"), "''", lit(codeUsername))
 	}
 	return "''"
 }
@@ -522,7 +521,7 @@ func (c *vapCEL) boundsFailure() string {
 		if c.lease() && f != "leaseDurationSeconds" {
 			continue
 		}
-		out = ternary(v(field("new", f))+" > "+limit, lit(codeBounds+f), out)
+		out = celexpr.Ternary(v(field("new", f))+" > "+limit, lit(codeBounds+f), out)
 	}
 	return out
 }
@@ -531,29 +530,29 @@ func (c *vapCEL) boundsFailure() string {
 func (c *vapCEL) timesFailure() string {
 	future := func(f string) string {
 		t := v(field("new", f))
-		return and(t+".hasValue()", v("now")+".hasValue()", tv(t)+" > "+tv(v("now"))+" + "+c.skewDuration())
+		return celexpr.And(t+".hasValue()", v("now")+".hasValue()", tv(t)+" > "+tv(v("now"))+" + "+c.skewDuration())
 	}
 	oldR, newR := v("oldRenewTime"), v("newRenewTime")
-	held := ternary(and("!"+newR+".hasValue()", or(oldR+".hasValue()", v("oldRenewTimeRaw")+" != ''")), lit(codeClearRenewTime), "''")
+	held := celexpr.Ternary(celexpr.And("!"+newR+".hasValue()", celexpr.Or(oldR+".hasValue()", v("oldRenewTimeRaw")+" != ''")), lit(codeClearRenewTime), "''")
 	if c.lease() {
-		held = ternary(and("!"+newR+".hasValue()", or(oldR+".hasValue()", v("oldRenewTimeRaw")+" != ''")), lit(codeClearRenewTime),
-			ternary(and("!"+v("newAcquireTime")+".hasValue()", v("oldAcquireTime")+".hasValue()"), lit(codeClearAcquire), "''"))
+		held = celexpr.Ternary(celexpr.And("!"+newR+".hasValue()", celexpr.Or(oldR+".hasValue()", v("oldRenewTimeRaw")+" != ''")), lit(codeClearRenewTime),
+			celexpr.Ternary(celexpr.And("!"+v("newAcquireTime")+".hasValue()", v("oldAcquireTime")+".hasValue()"), lit(codeClearAcquire), "''"))
 	}
-	after := ternary("oldObject == null", "''",
-		ternary(and(newR+".hasValue()", oldR+".hasValue()", tv(newR)+" < "+tv(oldR)), lit(codeBackwards),
-			ternary(v("oldHolderIdentity")+" != '' && "+v("newHolderIdentity")+" == "+v("oldHolderIdentity"), held, "''")))
+	after := celexpr.Ternary("oldObject == null", "''",
+		celexpr.Ternary(celexpr.And(newR+".hasValue()", oldR+".hasValue()", tv(newR)+" < "+tv(oldR)), lit(codeBackwards),
+			celexpr.Ternary(v("oldHolderIdentity")+" != '' && "+v("newHolderIdentity")+" == "+v("oldHolderIdentity"), held, "''")))
 	out := after
 	if c.lease() {
-		out = ternary(future("acquireTime"), lit(codeFuture+"acquireTime"), out)
+		out = celexpr.Ternary(future("acquireTime"), lit(codeFuture+"acquireTime"), out)
 	}
-	return ternary(future("renewTime"), lit(codeFuture+"renewTime"), out)
+	return celexpr.Ternary(future("renewTime"), lit(codeFuture+"renewTime"), out)
 }
 
 // first renders the first non-empty of the failure variables.
 func first(names ...string) string {
 	out := "''"
 	for i := len(names) - 1; i >= 0; i-- {
-		out = ternary(v(names[i])+" != ''", v(names[i]), out)
+		out = celexpr.Ternary(v(names[i])+" != ''", v(names[i]), out)
 	}
 	return out
 }
@@ -564,23 +563,23 @@ func (c *vapCEL) failure() string {
 	r := c.r
 	isDelete := "request.operation == 'DELETE'"
 	spec := first("fencingFailure", "holderFailure", "boundsFailure", "timesFailure", "recordFailure")
-	out := ternary(isDelete, "''", ternary(v("metadataOnly"), v("recordFailure"), spec))
+	out := celexpr.Ternary(isDelete, "''", celexpr.Ternary(v("metadataOnly"), v("recordFailure"), spec))
 	designated := v("designatedFailure") + " != ''"
 	if !c.lease() {
 		designated = "!" + v("sharedRenewal") + " && " + designated
 	}
-	out = ternary(designated, v("designatedFailure"), out)
-	out = ternary(v("metadataOnly")+" && !"+v("ownershipChanged"), v("recordFailure"), out)
-	out = ternary("!("+isDelete+") && "+v("oldDesignated")+" != "+v("newDesignated")+" && "+v("designationFailure")+" != ''", v("designationFailure"), out)
+	out = celexpr.Ternary(designated, v("designatedFailure"), out)
+	out = celexpr.Ternary(v("metadataOnly")+" && !"+v("ownershipChanged"), v("recordFailure"), out)
+	out = celexpr.Ternary("!("+isDelete+") && "+v("oldDesignated")+" != "+v("newDesignated")+" && "+v("designationFailure")+" != ''", v("designationFailure"), out)
 	if r.Bind != nil {
-		out = ternary("!"+v("bound"), lit(codeUnbound), ternary("!"+v("boundLease"), lit(codeOtherLease), out))
+		out = celexpr.Ternary("!"+v("bound"), lit(codeUnbound), celexpr.Ternary("!"+v("boundLease"), lit(codeOtherLease), out))
 	}
-	out = ternary("!"+v("manager"),
-		ternary(and(v("metadataOnly"), v("statusWriter"), v("ownerReferencesSame")), v("recordFailure"), lit(codeManager)), out)
-	out = ternary(v("clockRewritten"), lit(codeClockRewritten), out)
-	out = ternary(v("unreadableFailure")+" != ''", v("unreadableFailure"), out)
+	out = celexpr.Ternary("!"+v("manager"),
+		celexpr.Ternary(celexpr.And(v("metadataOnly"), v("statusWriter"), v("ownerReferencesSame")), v("recordFailure"), lit(codeManager)), out)
+	out = celexpr.Ternary(v("clockRewritten"), lit(codeClockRewritten), out)
+	out = celexpr.Ternary(v("unreadableFailure")+" != ''", v("unreadableFailure"), out)
 	if !c.lease() {
-		out = ternary("request.?subResource.orValue('') == 'status'", ternary(v("statusWriter"), "''", lit(codeStatus)), out)
+		out = celexpr.Ternary("request.?subResource.orValue('') == 'status'", celexpr.Ternary(v("statusWriter"), "''", lit(codeStatus)), out)
 	}
 	return out
 }
@@ -647,7 +646,7 @@ func (c *vapCEL) whoRefusals() []refusal {
 		raw := v(field("new", f) + "Raw")
 		add(refusal{code: codeUnreadable + f, reason: metav1.StatusReasonInvalid,
 			static:  "leaseguard: cannot decide: request.object: spec." + f + " is not an int32 >= 0",
-			problem: str(lit("leaseguard: cannot decide: request.object: spec."+f), ternary(raw+" < 0", lit(" is negative ("), lit(" is out of range (")), "string("+raw+")", lit(")"))})
+			problem: str(lit("leaseguard: cannot decide: request.object: spec."+f), celexpr.Ternary(raw+" < 0", lit(" is negative ("), lit(" is out of range (")), "string("+raw+")", lit(")"))})
 	}
 	add(refusal{code: codeClockRewritten, problem: lit("dates a managedFields entry ahead of the server clock on"), hint: lit("only the API server dates entries")})
 	if !c.lease() {
@@ -684,7 +683,7 @@ func (c *vapCEL) designationRefusals() []refusal {
 			hint: lit("only operators may: " + orNone(strings.Join(r.Operators, ", ")))})
 	default:
 		add(refusal{code: codeRemove, problem: lit("may not remove annotation " + policy.DesignationAnnotation + " of"),
-			hint: str(lit("designated: "), ternary(v("oldDesignated")+" == ''", lit("none"), v("designatedRelative")))})
+			hint: str(lit("designated: "), celexpr.Ternary(v("oldDesignated")+" == ''", lit("none"), v("designatedRelative")))})
 		add(refusal{code: codeOther, problem: str(lit("may not designate "), clip(v("newDesignated")), lit(" for")), staticProblem: "may not designate another manager for",
 			hint: lit("a manager may designate only itself")})
 		add(refusal{code: codeTakeover, problem: lit("may not take over the designation of"),
@@ -708,7 +707,7 @@ func (c *vapCEL) designationRefusals() []refusal {
 		case policy.DesignationAuto:
 			// A DELETE has no clock to say when the designation goes stale.
 			add(refusal{code: inv + codeAuto, problem: lit(problem),
-				hint: str(lit("designated: "), v("designatedRelative"), ternary(v("now")+".hasValue()", str(lit(", "), staleIn()), "''"))})
+				hint: str(lit("designated: "), v("designatedRelative"), celexpr.Ternary(v("now")+".hasValue()", str(lit(", "), staleIn()), "''"))})
 		}
 	}
 	return out
@@ -794,7 +793,7 @@ func (c *vapCEL) messageExpression(f *refusal) string {
 	if c.staticMessages {
 		return ""
 	}
-	return ternary(v("failure")+" != "+lit(f.code), "''", c.message(f))
+	return celexpr.Ternary(v("failure")+" != "+lit(f.code), "''", c.message(f))
 }
 
 // static is the message without request values.
@@ -835,7 +834,7 @@ func (c *vapCEL) message(f *refusal) string {
 	} else {
 		msg = "(" + strings.Join([]string{
 			lit("leaseguard: rule " + c.r.Name + ": "), clip(v("user")), "' '", f.problem, lit(" " + c.kind() + " "),
-			"request.?namespace.orValue('')", "'/'", objectName,
+			"request.?namespace.orValue('')", "'/'", celexpr.ObjectName,
 		}, " + ")
 		if f.hint != "" {
 			msg += " + ' (' + " + f.hint + " + ')'"
@@ -856,7 +855,7 @@ func printableCEL(s string) string {
 // with characters that do not print as themselves, which the webhook
 // escapes, is not shown.
 func clip(s string) string {
-	return ternary(printableCEL(s), ternary(s+".size() > 80", s+".substring(0, 77) + '...'", s), lit("(not printable)"))
+	return celexpr.Ternary(printableCEL(s), celexpr.Ternary(s+".size() > 80", s+".substring(0, 77) + '...'", s), lit("(not printable)"))
 }
 
 // relative abbreviates a username that shares a long prefix with the

@@ -1,4 +1,4 @@
-package manifests
+package vap
 
 import (
 	"fmt"
@@ -8,14 +8,15 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/leaseguard/leaseguard/webhook/celexpr"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
-// VAPOptions place the ValidatingAdmissionPolicies that enforce a policy
+// Options place the ValidatingAdmissionPolicies that enforce a policy
 // inside the API server (`leaseguard vap`, docs/vap.md).
-type VAPOptions struct {
+type Options struct {
 	// Prefix names the objects: <prefix>-<rule>-<resource>.
 	Prefix string
 	// Namespace is leaseguard's namespace, never selected, as by the
@@ -34,9 +35,9 @@ type VAPOptions struct {
 	StaticMessages bool
 }
 
-// VAPDefaults are those of config/vap.
-func VAPDefaults() VAPOptions {
-	return VAPOptions{Prefix: "leaseguard", Namespace: Defaults().Namespace}
+// Defaults are those of config/vap.
+func Defaults() Options {
+	return Options{Prefix: "leaseguard", Namespace: manifests.Defaults().Namespace}
 }
 
 // Support says how much of a policy feature the policies enforce.
@@ -72,9 +73,9 @@ func (l Limit) String() string {
 	return fmt.Sprintf("rule %s: %s (%s%s): %s", l.Rule, l.Support, inv, l.Field, l.What)
 }
 
-// VAPRendered is a policy rendered as ValidatingAdmissionPolicies: one
+// Rendered is a policy rendered as ValidatingAdmissionPolicies: one
 // policy and one binding per rule and resource, and the limits.
-type VAPRendered struct {
+type Rendered struct {
 	Policies []*admissionregistrationv1.ValidatingAdmissionPolicy
 	Bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	// Coalescing and its binding are set when VAPOptions.Coalescing is and
@@ -89,14 +90,14 @@ type VAPRendered struct {
 	Notes []string
 }
 
-// RenderVAP renders the ValidatingAdmissionPolicies enforcing p: for each
+// Render renders the ValidatingAdmissionPolicies enforcing p: for each
 // rule and each of its resources, a policy whose matchConditions select
 // what the rule selects (first rule first, never the control plane, never
 // an operator, never a write that changes nothing) and whose CEL follows
 // the decision procedure of docs/policy.md, and a binding whose
 // validationActions are the rule's enforcement (Deny, Warn or Audit).
 // What CEL cannot decide is listed in Limits, never dropped silently.
-func RenderVAP(p *policy.Policy, o VAPOptions) (*VAPRendered, error) {
+func Render(p *policy.Policy, o Options) (*Rendered, error) {
 	if p == nil || len(p.Rules) == 0 {
 		return nil, fmt.Errorf("rendering needs a policy with at least one rule")
 	}
@@ -107,8 +108,8 @@ func RenderVAP(p *policy.Policy, o VAPOptions) (*VAPRendered, error) {
 	for i, r := range p.Rules {
 		rules[i] = r.View()
 	}
-	g := &generator{o: Options{Namespace: o.Namespace, Prefix: o.Prefix, ServiceName: "unused", Coalescing: CoalesceInAPIServer}, rules: rules}
-	out := &VAPRendered{}
+	g := &generator{prefix: o.Prefix, namespace: o.Namespace, rules: rules}
+	out := &Rendered{}
 	for i := range rules {
 		for _, res := range rules[i].Resources {
 			pol, binding := g.vap(i, res, p.ClockSkew, o.StaticMessages)
@@ -118,15 +119,15 @@ func RenderVAP(p *policy.Policy, o VAPOptions) (*VAPRendered, error) {
 		out.Limits = append(out.Limits, limits(&rules[i], o)...)
 	}
 	if o.Coalescing {
-		out.Coalescing, out.CoalescingBinding = g.coalescingPolicy()
+		// The same policy `leaseguard manifests` renders by default.
+		out.Coalescing, out.CoalescingBinding, out.Notes = manifests.CoalescingPolicy(p, o.Prefix, o.Namespace)
 	}
-	out.Notes = g.notes
 	return out, nil
 }
 
 // limits lists what the policies of rule r do not enforce as the webhook
 // does (docs/vap.md has the table and the reasons).
-func limits(r *policy.RuleView, o VAPOptions) []Limit {
+func limits(r *policy.RuleView, o Options) []Limit {
 	var out []Limit
 	add := func(inv policy.Invariant, field string, s Support, what string) {
 		out = append(out, Limit{Rule: r.Name, Invariant: inv, Field: field, Support: s, What: what})
@@ -160,24 +161,30 @@ func limits(r *policy.RuleView, o VAPOptions) []Limit {
 	return out
 }
 
+// generator renders one policy and binding per rule and resource.
+type generator struct {
+	prefix, namespace string
+	rules             []policy.RuleView
+}
+
 func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMessages bool) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	r := &g.rules[i]
 	c := &vapCEL{r: r, res: res, skew: skew, staticMessages: staticMessages}
-	name := g.o.Prefix + "-" + r.Name + "-" + string(res)
+	name := g.prefix + "-" + r.Name + "-" + string(res)
 	fail := admissionregistrationv1.Fail
 	equivalent := admissionregistrationv1.Equivalent
 	var rules []admissionregistrationv1.NamedRuleWithOperations
 	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
-	for _, rule := range resourceRules([]policy.Resource{res}, ops, true) {
+	for _, rule := range manifests.ResourceRules([]policy.Resource{res}, ops, true) {
 		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: rule})
 	}
-	conds := append(controlPlane(),
-		admissionregistrationv1.MatchCondition{Name: "selected-by-rule", Expression: selectsFirst(g.rules, i)},
-		admissionregistrationv1.MatchCondition{Name: "changes-something", Expression: not(noopInOnePass())},
+	conds := append(manifests.ControlPlaneConditions(),
+		admissionregistrationv1.MatchCondition{Name: "selected-by-rule", Expression: celexpr.SelectsFirst(g.rules, i)},
+		admissionregistrationv1.MatchCondition{Name: "changes-something", Expression: celexpr.Not(noopInOnePass())},
 	)
 	if len(r.Operators) > 0 {
 		// Operators may do any write (docs/policy.md, step 1).
-		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-an-operator", Expression: not(callerMatches(r.Operators))})
+		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-an-operator", Expression: celexpr.Not(callerMatches(r.Operators))})
 	}
 	labels := map[string]string{"app.kubernetes.io/name": "leaseguard", "leaseguard.io/rule": r.Name}
 	pol := &admissionregistrationv1.ValidatingAdmissionPolicy{
@@ -186,7 +193,7 @@ func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMe
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
 			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: g.namespaceSelector([]policy.RuleView{*r}),
+				NamespaceSelector: manifests.NamespaceSelector(g.namespace, []policy.RuleView{*r}),
 				ResourceRules:     rules,
 				MatchPolicy:       &equivalent,
 			},
@@ -220,7 +227,7 @@ func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMe
 func noopInOnePass() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
 	mf := func(obj string) string { return obj + ".metadata.?managedFields.orValue([])" }
-	return and(
+	return celexpr.And(
 		"request.operation == 'UPDATE'",
 		// Status too: a status writer's manager name is the client's to
 		// choose, and a write through the status subresource changes
@@ -238,12 +245,12 @@ func noopInOnePass() string {
 // callerMatches renders "the username or a group matches one of gs", as
 // operators and status writers are matched.
 func callerMatches(gs []string) string {
-	return or(anyGlob(celUser, gs), "(has("+celGroups+") && "+celGroups+".exists(g, "+anyGlob("g", gs)+"))")
+	return celexpr.Or(celexpr.AnyGlob(celexpr.User, gs), "(has("+celexpr.Groups+") && "+celexpr.Groups+".exists(g, "+celexpr.AnyGlob("g", gs)+"))")
 }
 
-// VAPHeader is the comment on a file `leaseguard vap <args>` writes, args
+// Header is the comment on a file `leaseguard vap <args>` writes, args
 // being the flags that choose what is rendered (--config ...).
-func VAPHeader(args string) string {
+func Header(args string) string {
 	return strings.Join([]string{
 		"Generated by `leaseguard vap " + args + "`: do not edit.",
 		"ValidatingAdmissionPolicies that enforce the policy inside the API server, without",
@@ -254,9 +261,9 @@ func VAPHeader(args string) string {
 	}, "\n")
 }
 
-// VAPArgs are the flags of `leaseguard vap` that choose what o renders,
+// Args are the flags of `leaseguard vap` that choose what o renders,
 // after --config path, for the header of a rendering.
-func VAPArgs(path string, o VAPOptions) string {
+func Args(path string, o Options) string {
 	args := "--config " + path
 	if o.Coalescing {
 		args += " --coalesce"
@@ -269,7 +276,7 @@ func VAPArgs(path string, o VAPOptions) string {
 
 // YAML renders the policies as one multi-document YAML file, with a header
 // and, as comments, the limits and notes.
-func (r *VAPRendered) YAML(header string) ([]byte, error) {
+func (r *Rendered) YAML(header string) ([]byte, error) {
 	var comments []string
 	for _, l := range r.Limits {
 		comments = append(comments, "LIMIT: "+l.String())
@@ -284,26 +291,5 @@ func (r *VAPRendered) YAML(header string) ([]byte, error) {
 	for i := range r.Policies {
 		objs = append(objs, r.Policies[i], r.Bindings[i])
 	}
-	return writeYAML(header, comments, objs)
-}
-
-// writeYAML writes objs as a multi-document YAML file after a header and
-// comment lines.
-func writeYAML(header string, comments []string, objs []any) ([]byte, error) {
-	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(header, "\n"), "\n") {
-		b.WriteString("# " + line + "\n")
-	}
-	for _, c := range comments {
-		b.WriteString("# " + c + "\n")
-	}
-	for _, obj := range objs {
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, fmt.Errorf("rendering %T: %w", obj, err)
-		}
-		b.WriteString("---\n")
-		b.Write(dropEmpty(data))
-	}
-	return []byte(b.String()), nil
+	return manifests.WriteYAML(header, comments, objs)
 }

@@ -1,4 +1,4 @@
-package celbench
+package vap_test
 
 import (
 	"fmt"
@@ -14,14 +14,15 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/vap"
 )
 
 // The policies the repository ships or tests with.
 var shippedPolicies = []string{
-	"../../../config/samples/policy.yaml",
-	"../../../config/manager/policy.yaml",
-	"../../../config/e2e-policy/policy.yaml",
-	"../../multicluster/testdata/policy.yaml",
+	"../../config/samples/policy.yaml",
+	"../../config/manager/policy.yaml",
+	"../../config/e2e-policy/policy.yaml",
+	"../../test/multicluster/testdata/policy.yaml",
 }
 
 // expression is one generated CEL expression and where it stands.
@@ -72,9 +73,9 @@ func TestEveryGeneratedExpressionCompiles(t *testing.T) {
 			}
 		}
 		for _, static := range []bool{false, true} {
-			vo := manifests.VAPDefaults()
+			vo := vap.Defaults()
 			vo.StaticMessages = static
-			r, err := manifests.RenderVAP(p, vo)
+			r, err := vap.Render(p, vo)
 			if err != nil {
 				t.Fatalf("%s, vap: %v", path, err)
 			}
