@@ -389,18 +389,25 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 // fail-closed webhook.
 func renewTimeAhead(skew time.Duration) string {
 	mf := "object.metadata.?managedFields.orValue([])"
-	stamped := mf + ".filter(m, has(m.time) && !oldObject.metadata.?managedFields.orValue([]).exists(o, " +
-		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))" +
-		".map(m, timestamp(m.time))"
+	renewTime := "timestamp(object.spec.renewTime)"
 	allowed := "duration(" + celexpr.Quote((skew + time.Second).String()) + ")"
-	// Nothing re-stamped (a second write by the same manager within one
-	// second): every entry is as stored, and the latest is this second.
-	latest := mf + ".filter(m, has(m.time)).map(m, timestamp(m.time)).max()"
+	// An entry this write re-stamped: none stored like it, time included.
+	stamped := "!oldObject.metadata.?managedFields.orValue([]).exists(o, " +
+		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time)"
+	aheadOf := "has(m.time) && " + renewTime + " > timestamp(m.time) + " + allowed
+	// "renewTime > the earliest re-stamped time + allowed" is "ahead of
+	// some re-stamped entry"; with none re-stamped, "renewTime > the latest
+	// time + allowed" is "ahead of every dated entry, and there is one" —
+	// which, when one is re-stamped, implies the first. Written so, with
+	// the comparison before the search of the stored entries, a rightful
+	// renewal (never ahead of its own stamp) costs two passes that stop at
+	// its stamp and no search at all: this runs on every selected write, in
+	// both validating webhooks' conditions.
 	return celexpr.And("request.operation == 'UPDATE'", celexpr.Spec("object", "renewTime")+".hasValue()",
 		celexpr.Spec("object", "renewTime")+" != "+celexpr.Spec("oldObject", "renewTime"),
 		celexpr.Or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields),
-			celexpr.Ternary(stamped+".size() > 0", "timestamp(object.spec.renewTime) > "+stamped+".min() + "+allowed,
-				celexpr.And(mf+".exists(m, has(m.time))", "timestamp(object.spec.renewTime) > "+latest+" + "+allowed))))
+			mf+".exists(m, "+aheadOf+" && "+stamped+")",
+			celexpr.And(mf+".exists(m, has(m.time))", mf+".all(m, !has(m.time) || "+renewTime+" > timestamp(m.time) + "+allowed+")")))
 }
 
 // rightfulRenewers renders "the caller is the rightful renewer of the stored
