@@ -202,7 +202,7 @@ type run struct {
 // names are numbered.
 var runs = []run{
 	{name: "run 1", admission: admissionNone, steady: steadyFor(30 * time.Second)},
-	{name: "run 2", admission: admissionShipped, steady: steadyFor(2 * time.Minute)},
+	{name: "run 2", admission: admissionShipped, steady: steadyFor(time.Minute)},
 	{name: "run 3", admission: admissionWebhookCoalescing, steady: steadyFor(30 * time.Second)},
 }
 
