@@ -5,19 +5,21 @@
 // real `leaseguard serve` with config/e2e-policy/policy.yaml. It runs against
 // another cluster only when asked explicitly: with E2E_KUBECONFIG set it runs
 // unchanged against that cluster, where leaseguard must already be deployed
-// with that policy (`make test-e2e-kind` deploys config/e2e, `make
-// test-e2e-cluster` config/e2e-self-managed). An ambient KUBECONFIG is never used: the
+// with that policy (`make test-e2e-kind` and `make test-e2e-cluster`
+// install it with the Helm chart). An ambient KUBECONFIG is never used: the
 // suite creates namespaces and a ClusterRole granting writes on every lease,
 // which have no place in a cluster nobody named for it.
 package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -106,6 +108,16 @@ var _ = BeforeSuite(func() {
 
 	ctx := context.Background()
 	for _, ns := range []string{e2eNS, warnNS} {
+		// A run just before this one (on a cluster given by E2E_KUBECONFIG)
+		// deleted its namespaces: a namespace still terminating takes no new
+		// objects, so wait until it is gone.
+		Eventually(func() error {
+			got, err := env.admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			if err == nil && got.DeletionTimestamp != nil {
+				return fmt.Errorf("namespace %s is still terminating", ns)
+			}
+			return nil
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		_, err := env.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if !apierrors.IsAlreadyExists(err) {
 			Expect(err).NotTo(HaveOccurred())
