@@ -86,7 +86,7 @@ TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG
 GOTEST := env $(TEST_ENV) go test -count=1 -race
 
 .PHONY: test
-test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, a real cluster with faults, fuzzing.
+test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, a real cluster with faults, kind (3 nodes), fuzzing.
 	@rm -f bin/test-stages.txt
 	@hack/stage.sh controlplane $(MAKE) --no-print-directory controlplane
 	@hack/stage.sh check-tracked-files $(MAKE) --no-print-directory check-tracked-files
@@ -107,6 +107,7 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	echo "--- beside multicluster: perf-programs, fuzz ---"; cat bin/test-beside-multicluster.log; \
 	[ $$status -eq 0 ] && [ $$beside_status -eq 0 ]
 	@hack/stage.sh cluster $(MAKE) --no-print-directory test-e2e-cluster-or-skip
+	@hack/stage.sh kind hack/kind/e2e.sh --or-skip
 	@echo "make test: every stage passed"; cat bin/test-stages.txt
 
 .PHONY: test-unit
@@ -158,11 +159,7 @@ test-vap: controlplane ## Verdict parity of the webhook and the generated polici
 IMG ?= leaseguard:latest
 # kubectl for deploy/undeploy: the one on PATH, else the pinned build.
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(CONTROLPLANE_DIR)/kubectl)
-KIND ?= go run sigs.k8s.io/kind@v0.33.0
-KIND_CLUSTER ?= leaseguard-e2e
-CERT_MANAGER_VERSION ?= v1.21.2
-CERT_MANAGER_MANIFEST ?= https://github.com/cert-manager/cert-manager/releases/download/$(CERT_MANAGER_VERSION)/cert-manager.yaml
-# The kustomization `make deploy` installs; config/e2e for the kind e2e run.
+# The kustomization `make deploy` installs; config/e2e for the cert-manager overlay of the cluster stages.
 OVERLAY ?= config/default
 
 .PHONY: build-installer
@@ -204,17 +201,16 @@ test-e2e: controlplane ## The e2e suite on the local control plane (or on the cl
 	go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: test-e2e-kind
-test-e2e-kind: ## kind cluster + image + cert-manager + leaseguard (config/e2e), then the same e2e suite (needs Docker).
-	$(KIND) create cluster --name $(KIND_CLUSTER) --wait 2m || true
-	$(MAKE) docker-build IMG=leaseguard:e2e
-	$(KIND) load docker-image leaseguard:e2e --name $(KIND_CLUSTER)
-	$(KUBECTL) --context kind-$(KIND_CLUSTER) apply -f $(CERT_MANAGER_MANIFEST)
-	$(KUBECTL) --context kind-$(KIND_CLUSTER) -n cert-manager wait --for=condition=Available deployment --all --timeout=5m
-	$(MAKE) manifests OVERLAY=config/e2e IMG=leaseguard:e2e
-	$(KUBECTL) --context kind-$(KIND_CLUSTER) apply --server-side -f dist/install.yaml
-	$(KUBECTL) --context kind-$(KIND_CLUSTER) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
-	$(KIND) get kubeconfig --name $(KIND_CLUSTER) > bin/kind-$(KIND_CLUSTER).kubeconfig
-	E2E_KUBECONFIG=$(CURDIR)/bin/kind-$(KIND_CLUSTER).kubeconfig KUBECTL=$(KUBECTL) go test -count=1 -v ./test/e2e/ -ginkgo.v
+test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, teardown (needs root or Docker; hack/kind).
+	hack/kind/e2e.sh
+
+.PHONY: test-e2e-kind-down
+test-e2e-kind-down: ## Remove what a kind run left (the cluster, and the Docker engine hack/kind started with its host changes).
+	hack/kind/e2e.sh down
+
+.PHONY: kind-node-image
+kind-node-image: ## Build the offline kind node image (hack/kind/node-image.sh) into the engine hack/kind/docker.sh starts or finds.
+	hack/kind/docker.sh up && eval "$$(hack/kind/docker.sh env)" && hack/kind/node-image.sh
 
 ##@ leaseguard top (docs/top.md)
 

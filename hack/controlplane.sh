@@ -8,17 +8,18 @@
 # With --node it also builds the node components of the cluster harness
 # (test/cluster): kubelet, kube-controller-manager, kube-scheduler and
 # kube-proxy, from the same pinned k8s.io/kubernetes (about seven minutes more
-# on a cold cache once kube-apiserver's packages are built).
+# on a cold cache once kube-apiserver's packages are built). With --kind, the
+# node components and kubeadm, for the kind node image (hack/kind/node-image.sh).
 #
-# Usage: hack/controlplane.sh DEST_DIR [--node]
+# Usage: hack/controlplane.sh DEST_DIR [--node | --kind]
 set -euo pipefail
 
-dest=${1:?usage: hack/controlplane.sh DEST_DIR [--node]}
+dest=${1:?usage: hack/controlplane.sh DEST_DIR [--node | --kind]}
 node=${2:-}
 case "$node" in
-"" | --node) ;;
+"" | --node | --kind) ;;
 *)
-	echo "usage: hack/controlplane.sh DEST_DIR [--node]" >&2
+	echo "usage: hack/controlplane.sh DEST_DIR [--node | --kind]" >&2
 	exit 2
 	;;
 esac
@@ -59,9 +60,13 @@ build etcd go.etcd.io/etcd/server/v3 "-X go.etcd.io/etcd/api/v3/version.GitSHA=$
 build kubectl k8s.io/kubernetes/cmd/kubectl "$(version_flags)"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(version_flags)"
 echo "controlplane: kube-apiserver $k8s_version, etcd $etcd_version, kubectl $k8s_version ready in $dest"
-if [ "$node" = --node ]; then
+if [ -n "$node" ]; then
 	for component in kube-controller-manager kube-scheduler kube-proxy kubelet; do
 		build "$component" "k8s.io/kubernetes/cmd/$component" "$(version_flags)"
 	done
 	echo "controlplane: kubelet, kube-controller-manager, kube-scheduler, kube-proxy $k8s_version ready in $dest"
+fi
+if [ "$node" = --kind ]; then
+	build kubeadm k8s.io/kubernetes/cmd/kubeadm "$(version_flags)"
+	echo "controlplane: kubeadm $k8s_version ready in $dest"
 fi

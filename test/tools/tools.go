@@ -4,7 +4,7 @@
 // `go mod tidy` keeps their dependencies: the control plane of the tests
 // (etcd, kube-apiserver, kubectl) and the node components of the cluster
 // harness in test/cluster (kubelet, kube-controller-manager, kube-scheduler,
-// kube-proxy).
+// kube-proxy), and kubeadm for the kind node image (hack/kind).
 package tools
 
 import (
@@ -13,6 +13,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# make test-e2e-kind: leaseguard on a kind cluster (one control plane, two
+# workers), installed with its Helm chart as docs/helm.md installs it, then
+# the e2e suite against it, and always the teardown (cluster, and the Docker
+# engine when this run started it), also after a failure or Ctrl-C. Prints
+# the time of every stage.
+#
+# Node image: $KIND_NODE_IMAGE when set (a stock kindest/node where a
+# registry is reachable), else the project's own, built offline
+# (hack/kind/node-image.sh, cached in the engine). The leaseguard image is
+# built without a base image (make docker-build-offline) and loaded into
+# the nodes. With KIND_CERT_MANAGER_MANIFEST set (a registry is needed for
+# its images), the run then also installs cert-manager and leaseguard's
+# cert-manager overlay (config/e2e) and runs the suite again.
+#
+# Usage: hack/kind/e2e.sh [--keep]   (--keep: leave the cluster up for a look; hack/kind/e2e.sh down removes it)
+#        hack/kind/e2e.sh --or-skip  (make test: exits 0 with "skipped: <reason>" only where the machine
+#                                     truly cannot: not Linux, or no Docker engine and not root to start one)
+#        hack/kind/e2e.sh down
+set -uo pipefail
+# shellcheck source=hack/kind/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+timings=$KIND_STATE/stages.txt
+mode=${1:-run}
+mkdir -p "$KIND_STATE"
+
+stage() { # NAME COMMAND...: run one stage, print and record its time
+	local name=$1 start status took result=ok
+	shift
+	start=$(date +%s)
+	echo "==> kind stage: $name"
+	"$@"
+	status=$?
+	took=$(($(date +%s) - start))
+	[ "$status" -eq 0 ] || result="FAILED (exit $status)"
+	printf '%-22s %5ss  %s\n' "$name" "$took" "$result" >>"$timings"
+	echo "<== kind stage: $name: ${took}s, $result"
+	return "$status"
+}
+
+teardown_all() {
+	local status=0
+	"$kind_root/hack/kind/cluster.sh" down || status=1
+	"$kind_root/hack/kind/docker.sh" down || status=1
+	return "$status"
+}
+
+case "$mode" in
+down)
+	teardown_all
+	exit $?
+	;;
+run | --keep) ;;
+--or-skip)
+	reason=""
+	if [ "$(uname -s)" != Linux ]; then
+		reason="kind stage: not Linux"
+	elif ! timeout 10 docker info >/dev/null 2>&1 && [ "$(id -u)" != 0 ]; then
+		reason="kind stage: no Docker engine answers and not root to start one"
+	fi
+	if [ -n "$reason" ]; then
+		echo "skipped: $reason"
+		[ -n "${STAGE_NOTE:-}" ] && echo "skipped: $reason" >"$kind_root/$STAGE_NOTE"
+		exit 0
+	fi
+	mode=run
+	;;
+*)
+	echo "usage: hack/kind/e2e.sh [--keep | --or-skip] | down" >&2
+	exit 2
+	;;
+esac
+
+rm -f "$timings"
+overall=0
+teardown() {
+	trap - EXIT INT TERM
+	if [ "$mode" = --keep ]; then
+		echo "kind: --keep: cluster left up (KUBECONFIG=$KIND_KUBECONFIG; $(hack/kind/docker.sh env 2>/dev/null)); hack/kind/e2e.sh down removes it"
+	else
+		stage down teardown_all || overall=1
+	fi
+	echo "kind stages:"
+	cat "$timings"
+	exit "$overall"
+}
+trap teardown EXIT
+trap 'echo "interrupted: tearing down"; overall=130; exit 130' INT TERM
+
+cd "$kind_root" || exit 1
+chart_dir=$KIND_STATE/chart
+unreachable=$kind_root/hack/unreachable-kubeconfig.yaml
+
+helm_install() {
+	mkdir -p "$chart_dir"
+	go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml \
+		--namespace leaseguard-system --coalesce policy -o "$chart_dir/webhooks.yaml" || return 1
+	# The namespace as docs/helm.md creates it: restricted pod security.
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f - <<-NS || return 1
+		apiVersion: v1
+		kind: Namespace
+		metadata:
+		  name: leaseguard-system
+		  labels:
+		    pod-security.kubernetes.io/enforce: restricted
+	NS
+	bin/helm --kubeconfig "$KIND_KUBECONFIG" install leaseguard charts/leaseguard -n leaseguard-system \
+		--set certificates.mode=selfManaged --set image.repository=leaseguard --set image.tag=e2e \
+		--set-file policy=config/e2e-policy/policy.yaml --set-file "webhookConfigurations=$chart_dir/webhooks.yaml" \
+		--set-file "apiServerAuthentication.clientCA=$KIND_STATE/admission/ca.crt" \
+		--set "apiServerAuthentication.clientNames={kube-apiserver-admission}" --wait --timeout 3m || return 1
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
+}
+
+# cert_manager_crds: the Issuer and Certificate CRDs of the cert-manager
+# module leaseguard builds against, so that the suite's server-side dry-run of
+# config/default is answered (the controller itself needs a registry).
+cert_manager_crds() {
+	local dir
+	dir=$(go mod download -json github.com/cert-manager/cert-manager | jq -r .Dir) || return 1
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply --server-side \
+		-f "$dir/deploy/crds/cert-manager.io_issuers.yaml" -f "$dir/deploy/crds/cert-manager.io_certificates.yaml" || return 1
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" wait --for=condition=Established --timeout=60s \
+		crd/issuers.cert-manager.io crd/certificates.cert-manager.io
+}
+
+e2e_suite() { # the suite, unchanged; KUBECONFIG points nowhere: it may only use the cluster it is given
+	env KUBECONFIG="$unreachable" E2E_KUBECONFIG="$KIND_KUBECONFIG" KUBECTL="$KUBECTL" \
+		go test -count=1 -race ./test/e2e/ -ginkgo.v
+}
+
+cert_manager_overlay() {
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f "$KIND_CERT_MANAGER_MANIFEST" || return 1
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n cert-manager wait --for=condition=Available deployment --all --timeout=5m || return 1
+	bin/helm --kubeconfig "$KIND_KUBECONFIG" uninstall leaseguard -n leaseguard-system --wait || return 1
+	make --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e KUBECTL="$KUBECTL" KUBECONFIG="$KIND_KUBECONFIG"
+}
+
+run_stages() {
+	stage kubernetes-binaries hack/controlplane.sh "$CONTROLPLANE_DIR" || return 1
+	stage docker hack/kind/docker.sh up || return 1
+	eval "$(hack/kind/docker.sh env)"
+	stage cluster-up hack/kind/cluster.sh up || return 1
+	stage image make --no-print-directory docker-build-offline IMG=leaseguard:e2e || return 1
+	stage image-load "$kind_bin" load docker-image leaseguard:e2e --name "$KIND_CLUSTER" || return 1
+	stage helm-build make --no-print-directory helm || return 1
+	[ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ] || { stage cert-manager-crds cert_manager_crds || return 1; }
+	stage deploy helm_install || return 1
+	stage e2e e2e_suite || return 1
+	if [ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ]; then
+		stage deploy-cert-manager cert_manager_overlay || return 1
+		stage e2e-cert-manager e2e_suite || return 1
+	fi
+}
+run_stages || overall=1
