@@ -1,10 +1,10 @@
 // Package chartinstall takes leaseguard, installed with its Helm chart by
-// `make test-e2e-cluster` (hack/e2e-cluster.sh: self-managed certificates,
-// the e2e suite's policy), through what operators do next: `helm upgrade`
-// with an edited policy and another replica count, then `helm uninstall`,
-// which must leave nothing behind that could hold up a lease write. Alone
-// it needs CLUSTER_STATE_DIR and HELM (and LEASEGUARD_CHART_ARGS, the
-// install's arguments), and is skipped without.
+// `make test-e2e-kind` or `make test-e2e-cluster` (self-managed
+// certificates, the e2e suite's policy), through what operators do next:
+// `helm upgrade` with an edited policy and another replica count, then `helm
+// uninstall`, which must leave nothing behind that could hold up a lease
+// write. Alone it needs HELM, LEASEGUARD_CHART_ARGS (the install's
+// arguments) and the cluster clustertest.TargetFromEnv reads, and is skipped without.
 package chartinstall
 
 import (
@@ -34,7 +34,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leaseguard/leaseguard/test/cluster/clustertest"
-	"github.com/leaseguard/leaseguard/test/cluster/localcluster"
 )
 
 const (
@@ -48,11 +47,12 @@ const (
 )
 
 func TestHelmUpgradeThenUninstall(t *testing.T) {
-	dir, helm := os.Getenv("CLUSTER_STATE_DIR"), os.Getenv("HELM")
-	if dir == "" || helm == "" {
-		t.Skip("needs CLUSTER_STATE_DIR and HELM: a cluster with leaseguard installed by its chart (make test-e2e-cluster does both)")
+	target, missing := clustertest.TargetFromEnv()
+	helm := os.Getenv("HELM")
+	if missing != "" || helm == "" {
+		t.Skip("needs HELM and a cluster with leaseguard installed by its chart: ", missing)
 	}
-	kubeconfig := localcluster.State{Dir: dir}.AdminKubeconfig()
+	kubeconfig := target.Kubeconfig
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,9 @@
 // Package faults breaks the cluster of `leaseguard-cluster up` (leaseguard
-// deployed with config/e2e-self-managed) while real lease traffic runs, and
-// counts what users would see: guarded writes that failed, leaderships lost,
-// and identity changes wrongly admitted. `make test-e2e-cluster` runs it;
-// alone it needs CLUSTER_STATE_DIR (and CLUSTER_ASSETS for the API server
-// restart), and is skipped without.
+// or of hack/kind, leaseguard installed with its Helm chart) while real lease
+// traffic runs, and counts what users would see: guarded writes that failed,
+// leaderships lost, and identity changes wrongly admitted. `make
+// test-e2e-cluster` and `make test-e2e-kind` run it; alone it needs the
+// environment clustertest.TargetFromEnv reads, and is skipped without.
 //
 // The table it prints (and writes to FAULTS_REPORT) is docs/reliability.md's.
 package faults
@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +29,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/cluster/clustertest"
-	"github.com/leaseguard/leaseguard/test/cluster/localcluster"
 )
 
 const (
@@ -44,8 +42,7 @@ const (
 )
 
 type cluster struct {
-	state  localcluster.State
-	assets string
+	target clustertest.Target
 	config *rest.Config
 	admin  kubernetes.Interface
 	// metrics reads the replicas' metrics port.
@@ -53,13 +50,13 @@ type cluster struct {
 }
 
 func TestFaults(t *testing.T) {
-	dir := os.Getenv("CLUSTER_STATE_DIR")
-	if dir == "" {
-		t.Skip("needs CLUSTER_STATE_DIR: the state folder of a cluster from `leaseguard-cluster up` with leaseguard deployed (make test-e2e-cluster does both)")
+	target, missing := clustertest.TargetFromEnv()
+	if missing != "" {
+		t.Skip(missing)
 	}
-	c := &cluster{state: localcluster.State{Dir: dir}, assets: os.Getenv("CLUSTER_ASSETS")}
+	c := &cluster{target: target}
 	var err error
-	c.config, err = clientcmd.BuildConfigFromFlags("", c.state.AdminKubeconfig())
+	c.config, err = clientcmd.BuildConfigFromFlags("", target.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +69,10 @@ func TestFaults(t *testing.T) {
 	c.metrics = c.newScraper(t)
 	t.Run("the metrics port needs a bound token", func(t *testing.T) { c.checkMetricsAccess(t, c.metrics) })
 	t.Run("the webhook port hears only the API server", func(t *testing.T) {
-		c.checkWebhookHearsOnlyTheAPIServer(t, c.metrics, filepath.Join(dir, "pki"))
+		if target.PKI == "" {
+			t.Fatal("the target names no PKI folder (CLUSTER_PKI): the API server's admission client certificate is needed")
+		}
+		c.checkWebhookHearsOnlyTheAPIServer(t, c.metrics, target.PKI)
 	})
 	w := startWorkload(t, c.admin, c.config)
 	defer w.stop()
@@ -236,13 +236,13 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("kube-apiserver restarted", func(t *testing.T) {
-		if c.assets == "" {
-			t.Skip("needs CLUSTER_ASSETS, the folder of kube-apiserver")
+		if target.RestartAPIServer == nil {
+			t.Skip("the target cannot restart its API server (CLUSTER_ASSETS or CLUSTER_RESTART_APISERVER)")
 		}
 		var away time.Duration
 		r := measure(t, "kube-apiserver restarted", func(t *testing.T) string {
 			var err error
-			if away, err = c.state.RestartAPIServer(ctx, c.assets); err != nil {
+			if away, err = target.RestartAPIServer(ctx); err != nil {
 				t.Fatal(err)
 			}
 			c.waitDeploymentAvailable(t, 2, nil)

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -344,8 +345,48 @@ var errSkipped = errors.New("probe not applicable now")
 func (w *workload) probeIdentityChanges(ctx context.Context) {
 	dry := []string{metav1.DryRunAll}
 	teamB := w.leasesAs("team-b", 0).CoordinationV1().Leases(e2eNS)
-	mclB := w.mcls(manager("team-b"), "")
 	mclA := w.mcls(manager("team-a"), "")
+	mclAs := map[string]dynamic.ResourceInterface{}
+	for _, team := range teams {
+		mclAs[manager(team)] = w.mcls(manager(team), "")
+	}
+	// asNotDesignated sends write as a manager the shared lease does not
+	// designate now: after an outage longer than the lease, another
+	// manager's renewal takes the designation over (the protocol), and that
+	// manager is then the designated one. A write admitted while the
+	// designation moved to its sender is not judged.
+	designated := func() (string, error) {
+		got, err := w.admin.CoreV1().RESTClient().Get().AbsPath("/apis", mclv1alpha1.Group, mclv1alpha1.Version,
+			"namespaces", e2eNS, "multiclusterleases", mclName).DoRaw(ctx)
+		if err != nil {
+			return "", err
+		}
+		var mcl struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := json.Unmarshal(got, &mcl); err != nil {
+			return "", err
+		}
+		return mcl.Metadata.Annotations[designation], nil
+	}
+	asNotDesignated := func(write func(sender string, mcl dynamic.ResourceInterface) error) error {
+		before, err := designated()
+		if err != nil {
+			return err
+		}
+		for _, team := range teams {
+			if sender := manager(team); sender != before {
+				err := write(sender, mclAs[sender])
+				if err == nil {
+					if after, rerr := designated(); rerr == nil && after == sender {
+						return errSkipped
+					}
+				}
+				return err
+			}
+		}
+		return errSkipped
+	}
 	probes := []struct {
 		name string
 		send func() error
@@ -386,12 +427,16 @@ func (w *workload) probeIdentityChanges(ctx context.Context) {
 			return err
 		}},
 		{"a non-designated manager takes the designation", func() error {
-			_, err := mclB.Patch(ctx, mclName, types.MergePatchType,
-				[]byte(`{"metadata":{"annotations":{"`+designation+`":"`+manager("team-b")+`"}}}`), metav1.PatchOptions{DryRun: dry})
-			return err
+			return asNotDesignated(func(sender string, mcl dynamic.ResourceInterface) error {
+				_, err := mcl.Patch(ctx, mclName, types.MergePatchType,
+					[]byte(`{"metadata":{"annotations":{"`+designation+`":"`+sender+`"}}}`), metav1.PatchOptions{DryRun: dry})
+				return err
+			})
 		}},
 		{"a non-designated manager deletes the shared lease", func() error {
-			return mclB.Delete(ctx, mclName, metav1.DeleteOptions{DryRun: dry})
+			return asNotDesignated(func(_ string, mcl dynamic.ResourceInterface) error {
+				return mcl.Delete(ctx, mclName, metav1.DeleteOptions{DryRun: dry})
+			})
 		}},
 		{"a manager writes the shared lease's status", func() error {
 			_, err := mclA.Patch(ctx, mclName, types.MergePatchType, []byte(`{"status":{"globalHolderIdentity":"cluster-evil"}}`),
