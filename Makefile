@@ -201,7 +201,7 @@ test-e2e: controlplane ## The e2e suite on the local control plane (or on the cl
 	go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: test-e2e-kind
-test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, teardown (needs root or Docker; hack/kind).
+test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, fault tests, helm upgrade and uninstall, teardown (needs root or Docker; hack/kind).
 	hack/kind/e2e.sh
 
 .PHONY: test-e2e-kind-down
@@ -237,7 +237,7 @@ controlplane-node: ## Build (once) the control plane plus kubelet, kube-controll
 	hack/controlplane.sh "$(CONTROLPLANE_DIR)" --node
 
 .PHONY: test-e2e-cluster
-test-e2e-cluster: ## Cluster up, make deploy (config/e2e-self-managed), e2e suite, fault tests, down; stage timings (root).
+test-e2e-cluster: ## Single-node cluster from binaries, the cert-manager overlay (config/e2e) with the real CA injector, e2e suite, down; stage timings (root).
 	CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh
 
 .PHONY: test-e2e-cluster-or-skip

@@ -14,7 +14,10 @@
 # which `network` re-applies after a node restarts (kindnetd's job, done from
 # the outside).
 #
-# Usage: hack/kind/cluster.sh up | network | down
+# The host gets a route to every node's pod CIDR (through the kind network's
+# bridge, gone with it), so tests on the host reach the pods, as on a node.
+#
+# Usage: hack/kind/cluster.sh up | network | restart-apiserver | down
 set -uo pipefail
 # shellcheck source=hack/kind/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -26,16 +29,20 @@ kubectl_kind() { "$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" "$@"; }
 
 # admission_identity: the CA, the API server's client certificate for
 # webhooks, its kubeconfig (user "*": every webhook) and the
-# AdmissionConfiguration naming it, as the node will see them.
+# AdmissionConfiguration naming it, as the node will see them; and a
+# certificate of another name from the same CA (kubelet-client), which
+# leaseguard must refuse (the fault tests' CLUSTER_PKI).
 admission_identity() {
 	rm -rf "$admission" && mkdir -p "$admission" && (
 		cd "$admission" || exit 1
 		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=leaseguard-kind-admission-ca \
-			-keyout ca.key -out ca.crt 2>/dev/null &&
-			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver-admission \
-				-keyout client.key -out client.csr 2>/dev/null &&
-			openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-				-extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature\n') -out client.crt 2>/dev/null
+			-keyout ca.key -out ca.crt 2>/dev/null || exit 1
+		for client in apiserver-admission-client:/CN=kube-apiserver-admission kubelet-client:/O=system:nodes/CN=system:node:intruder; do
+			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "${client#*:}" \
+				-keyout "${client%%:*}.key" -out "${client%%:*}.csr" 2>/dev/null &&
+				openssl x509 -req -in "${client%%:*}.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+					-extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature\n') -out "${client%%:*}.crt" 2>/dev/null || exit 1
+		done
 	) || return 1
 	chmod 0644 "$admission"/*
 	cat >"$admission/kubeconfig" <<-KC
@@ -44,8 +51,8 @@ admission_identity() {
 		users:
 		- name: "*"
 		  user:
-		    client-certificate: $admission_in_node/client.crt
-		    client-key: $admission_in_node/client.key
+		    client-certificate: $admission_in_node/apiserver-admission-client.crt
+		    client-key: $admission_in_node/apiserver-admission-client.key
 	KC
 	{
 		echo "apiVersion: apiserver.config.k8s.io/v1"
@@ -81,6 +88,10 @@ config() {
 		    extraArgs:
 		    - name: admission-control-config-file
 		      value: $admission_in_node/admission.yaml
+		    # On SIGTERM, close watches after 5 s instead of waiting a minute
+		    # for them (docs/reliability.md), as behind a load balancer.
+		    - name: shutdown-watch-termination-grace-period
+		      value: 5s
 		    extraVolumes:
 		    - name: leaseguard-admission
 		      hostPath: $admission_in_node
@@ -98,10 +109,11 @@ config() {
 	fi
 }
 
-# network: each node's CNI configuration for its pod CIDR and its routes
-# to the other nodes' pod CIDRs (offline image only).
+# network [OFFLINE]: the host's routes to the nodes' pod CIDRs; on the
+# offline image also each node's CNI configuration for its pod CIDR and its
+# routes to the other nodes' pod CIDRs.
 network() {
-	local nodes node other cidr ip
+	local offline=${1:-true} nodes node other cidr ip
 	nodes=$("$kind_bin" get nodes --name "$KIND_CLUSTER") || return 1
 	declare -A cidr_of ip_of
 	for node in $nodes; do
@@ -115,6 +127,8 @@ network() {
 		cidr_of[$node]=$cidr ip_of[$node]=$ip
 	done
 	for node in $nodes; do
+		ip route replace "${cidr_of[$node]}" via "${ip_of[$node]}" || return 1
+		[ "$offline" = true ] || continue
 		docker exec -i "$node" sh -c 'cat >/etc/cni/net.d/10-leaseguard-bridge.conflist' <<-CNI || return 1
 			{
 			  "cniVersion": "1.0.0",
@@ -152,10 +166,27 @@ up() {
 		"$kind_bin" export logs "$KIND_STATE/logs" --name "$KIND_CLUSTER" >/dev/null 2>&1
 		die "kind create cluster failed (node logs: $KIND_STATE/logs)"
 	}
-	if [ "$offline" = true ]; then network || return 1; fi
+	network "$offline" || return 1
 	kubectl_kind wait --for=condition=Ready nodes --all --timeout=180s || return 1
 	kubectl_kind -n kube-system rollout status deployment/coredns --timeout=180s || return 1
 	log "cluster $KIND_CLUSTER ready (kubeconfig $KIND_KUBECONFIG)"
+}
+
+# restart_apiserver: SIGTERM to the control plane's kube-apiserver (it drains
+# as in a rolling control-plane upgrade); the kubelet starts it again (a
+# static pod); returns once /readyz answers ok.
+restart_apiserver() {
+	local node=$KIND_CLUSTER-control-plane
+	docker exec "$node" sh -c 'kill -TERM $(pgrep -x kube-apiserver)' || return 1
+	for _ in $(seq 1 300); do
+		kubectl_kind get --raw /readyz >/dev/null 2>&1 || break
+		sleep 0.1
+	done
+	for _ in $(seq 1 240); do
+		kubectl_kind get --raw /readyz >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
+	die "kube-apiserver not ready again within 2 minutes"
 }
 
 down() {
@@ -167,10 +198,11 @@ down() {
 mkdir -p "$KIND_STATE"
 case "${1:-}" in
 up) up ;;
-network) network ;;
+network) network "$([ -n "${KIND_NODE_IMAGE:-}" ] && echo false || echo true)" ;;
+restart-apiserver) restart_apiserver ;;
 down) down ;;
 *)
-	echo "usage: hack/kind/cluster.sh up | network | down" >&2
+	echo "usage: hack/kind/cluster.sh up | network | restart-apiserver | down" >&2
 	exit 2
 	;;
 esac

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make test-e2e-kind: leaseguard on a kind cluster (one control plane, two
 # workers), installed with its Helm chart as docs/helm.md installs it, then
-# the e2e suite against it, and always the teardown (cluster, and the Docker
-# engine when this run started it), also after a failure or Ctrl-C. Prints
-# the time of every stage.
+# the e2e suite, the fault tests (test/cluster/faults) and helm upgrade and
+# uninstall (test/cluster/chartinstall) against it, and always the teardown
+# (cluster, and the Docker engine when this run started it), also after a
+# failure or Ctrl-C. Prints the time of every stage.
 #
 # Node image: $KIND_NODE_IMAGE when set (a stock kindest/node where a
 # registry is reachable), else the project's own, built offline
@@ -83,6 +84,7 @@ teardown() {
 	fi
 	echo "kind stages:"
 	cat "$timings"
+	[ -f "$report" ] && { echo "fault report ($report):"; cat "$report"; }
 	exit "$overall"
 }
 trap teardown EXIT
@@ -91,6 +93,17 @@ trap 'echo "interrupted: tearing down"; overall=130; exit 130' INT TERM
 cd "$kind_root" || exit 1
 chart_dir=$KIND_STATE/chart
 unreachable=$kind_root/hack/unreachable-kubeconfig.yaml
+
+# The chart's arguments: self-managed certificates, the e2e suite's policy
+# and the webhook configurations the generator renders for it (docs/helm.md),
+# the image this run loaded, the API server's admission client CA.
+chart_args=("$kind_root/charts/leaseguard" -n leaseguard-system
+	--set certificates.mode=selfManaged --set image.repository=leaseguard --set image.tag=e2e
+	--set-file "policy=$kind_root/config/e2e-policy/policy.yaml" --set-file "webhookConfigurations=$chart_dir/webhooks.yaml"
+	--set-file "apiServerAuthentication.clientCA=$KIND_STATE/admission/ca.crt" --set "apiServerAuthentication.clientNames={kube-apiserver-admission}")
+report=$KIND_CACHE/faults-report.md
+cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KUBECONFIG="$KIND_KUBECONFIG" CLUSTER_PKI="$KIND_STATE/admission"
+	CLUSTER_RESTART_APISERVER="$kind_root/hack/kind/cluster.sh restart-apiserver" KUBECTL="$KUBECTL")
 
 helm_install() {
 	mkdir -p "$chart_dir"
@@ -105,11 +118,7 @@ helm_install() {
 		  labels:
 		    pod-security.kubernetes.io/enforce: restricted
 	NS
-	bin/helm --kubeconfig "$KIND_KUBECONFIG" install leaseguard charts/leaseguard -n leaseguard-system \
-		--set certificates.mode=selfManaged --set image.repository=leaseguard --set image.tag=e2e \
-		--set-file policy=config/e2e-policy/policy.yaml --set-file "webhookConfigurations=$chart_dir/webhooks.yaml" \
-		--set-file "apiServerAuthentication.clientCA=$KIND_STATE/admission/ca.crt" \
-		--set "apiServerAuthentication.clientNames={kube-apiserver-admission}" --wait --timeout 3m || return 1
+	bin/helm --kubeconfig "$KIND_KUBECONFIG" install leaseguard "${chart_args[@]}" --wait --timeout 3m || return 1
 	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
 }
 
@@ -133,7 +142,6 @@ e2e_suite() { # the suite, unchanged; KUBECONFIG points nowhere: it may only use
 cert_manager_overlay() {
 	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f "$KIND_CERT_MANAGER_MANIFEST" || return 1
 	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n cert-manager wait --for=condition=Available deployment --all --timeout=5m || return 1
-	bin/helm --kubeconfig "$KIND_KUBECONFIG" uninstall leaseguard -n leaseguard-system --wait || return 1
 	make --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e KUBECTL="$KUBECTL" KUBECONFIG="$KIND_KUBECONFIG"
 }
 
@@ -148,6 +156,14 @@ run_stages() {
 	[ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ] || { stage cert-manager-crds cert_manager_crds || return 1; }
 	stage deploy helm_install || return 1
 	stage e2e e2e_suite || return 1
+	# The fault tests under real lease traffic, then what operators do next:
+	# helm upgrade (an edited policy, 3 replicas) and helm uninstall, which
+	# must leave nothing that holds up a write.
+	rm -f "$report"
+	stage faults env -C test/cluster "${cluster_env[@]}" FAULTS_REPORT="$report" \
+		go test -count=1 -race -timeout 15m -v ./faults/ || return 1
+	stage helm-upgrade-uninstall env -C test/cluster "${cluster_env[@]}" HELM="$kind_root/bin/helm" \
+		LEASEGUARD_CHART_ARGS="${chart_args[*]}" go test -count=1 -race -timeout 10m -v ./chartinstall/ || return 1
 	if [ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ]; then
 		stage deploy-cert-manager cert_manager_overlay || return 1
 		stage e2e-cert-manager e2e_suite || return 1
