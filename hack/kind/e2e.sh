@@ -23,6 +23,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
 timings=$KIND_STATE/stages.txt
+report=$KIND_CACHE/faults-report.md
 mode=${1:-run}
 mkdir -p "$KIND_STATE"
 
@@ -73,7 +74,8 @@ run | --keep) ;;
 	;;
 esac
 
-rm -f "$timings"
+# A fault report is only ever this run's.
+rm -f "$timings" "$report"
 overall=0
 teardown() {
 	trap - EXIT INT TERM
@@ -101,7 +103,6 @@ chart_args=("$kind_root/charts/leaseguard" -n leaseguard-system
 	--set certificates.mode=selfManaged --set image.repository=leaseguard --set image.tag=e2e
 	--set-file "policy=$kind_root/config/e2e-policy/policy.yaml" --set-file "webhookConfigurations=$chart_dir/webhooks.yaml"
 	--set-file "apiServerAuthentication.clientCA=$KIND_STATE/admission/ca.crt" --set "apiServerAuthentication.clientNames={kube-apiserver-admission}")
-report=$KIND_CACHE/faults-report.md
 cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KUBECONFIG="$KIND_KUBECONFIG" CLUSTER_PKI="$KIND_STATE/admission"
 	CLUSTER_RESTART_APISERVER="$kind_root/hack/kind/cluster.sh restart-apiserver" KUBECTL="$KUBECTL")
 
@@ -159,7 +160,6 @@ run_stages() {
 	# The fault tests under real lease traffic, then what operators do next:
 	# helm upgrade (an edited policy, 3 replicas) and helm uninstall, which
 	# must leave nothing that holds up a write.
-	rm -f "$report"
 	stage faults env -C test/cluster "${cluster_env[@]}" FAULTS_REPORT="$report" \
 		go test -count=1 -race -timeout 15m -v ./faults/ || return 1
 	stage helm-upgrade-uninstall env -C test/cluster "${cluster_env[@]}" HELM="$kind_root/bin/helm" \
