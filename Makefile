@@ -86,7 +86,7 @@ TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG
 GOTEST := env $(TEST_ENV) go test -count=1 -race
 
 .PHONY: test
-test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, a real cluster with faults, kind (3 nodes), fuzzing.
+test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, fuzzing, kind (3 nodes: Helm, e2e, faults, cert-manager overlay).
 	@rm -f bin/test-stages.txt
 	@hack/stage.sh controlplane $(MAKE) --no-print-directory controlplane
 	@hack/stage.sh check-tracked-files $(MAKE) --no-print-directory check-tracked-files
@@ -106,7 +106,6 @@ test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and i
 	wait $$beside; beside_status=$$?; \
 	echo "--- beside multicluster: perf-programs, fuzz ---"; cat bin/test-beside-multicluster.log; \
 	[ $$status -eq 0 ] && [ $$beside_status -eq 0 ]
-	@hack/stage.sh cluster $(MAKE) --no-print-directory test-e2e-cluster-or-skip
 	@hack/stage.sh kind hack/kind/e2e.sh --or-skip
 	@echo "make test: every stage passed"; cat bin/test-stages.txt
 
@@ -159,7 +158,7 @@ test-vap: controlplane ## Verdict parity of the webhook and the generated polici
 IMG ?= leaseguard:latest
 # kubectl for deploy/undeploy: the one on PATH, else the pinned build.
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(CONTROLPLANE_DIR)/kubectl)
-# The kustomization `make deploy` installs; config/e2e for the cert-manager overlay of the cluster stages.
+# The kustomization `make deploy` installs; config/e2e for the cert-manager overlay of the kind stage.
 OVERLAY ?= config/default
 
 .PHONY: build-installer
@@ -201,7 +200,7 @@ test-e2e: controlplane ## The e2e suite on the local control plane (or on the cl
 	go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: test-e2e-kind
-test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, fault tests, helm upgrade and uninstall, teardown (needs root or Docker; hack/kind).
+test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, fault tests, helm upgrade and uninstall, the cert-manager overlay, teardown (needs root or Docker; hack/kind).
 	hack/kind/e2e.sh
 
 .PHONY: test-e2e-kind-down
@@ -229,24 +228,6 @@ TOP_LOAD_LEASES ?= 2000
 .PHONY: top-load-apiserver
 top-load-apiserver: controlplane ## The real `leaseguard top` binary against a real API server, TOP_LOAD_LEASES leases every 2s.
 	cd test/perf && go run ./topload --mode=apiserver --leases=$(TOP_LOAD_LEASES) --writers=$$(( $(TOP_LOAD_LEASES) / 20 ))
-
-##@ Cluster tests (root, Linux: a single-node cluster from binaries, test/cluster)
-
-.PHONY: controlplane-node
-controlplane-node: ## Build (once) the control plane plus kubelet, kube-controller-manager, kube-scheduler, kube-proxy.
-	hack/controlplane.sh "$(CONTROLPLANE_DIR)" --node
-
-.PHONY: test-e2e-cluster
-test-e2e-cluster: ## Single-node cluster from binaries, the cert-manager overlay (config/e2e) with the real CA injector, e2e suite, down; stage timings (root).
-	CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh
-
-.PHONY: test-e2e-cluster-or-skip
-test-e2e-cluster-or-skip: ## test-e2e-cluster; only where the machine truly cannot (not Linux, not root, no cgroups) "skipped: <reason>", shown in make test's summary.
-	@CONTROLPLANE_DIR="$(CONTROLPLANE_DIR)" hack/e2e-cluster.sh --or-skip
-
-.PHONY: test-e2e-cluster-down
-test-e2e-cluster-down: ## Remove whatever a cluster run left (processes, mounts, iptables chains, bridge, cgroups).
-	hack/e2e-cluster.sh down
 
 .PHONY: help
 help:

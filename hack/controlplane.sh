@@ -5,21 +5,21 @@
 # minutes on a cold Go cache for kube-apiserver); a binary already in the cache
 # is never rebuilt.
 #
-# With --node it also builds the node components of the cluster harness
-# (test/cluster): kubelet, kube-controller-manager, kube-scheduler and
-# kube-proxy, from the same pinned k8s.io/kubernetes (about seven minutes more
-# on a cold cache once kube-apiserver's packages are built). With --kind, the
-# node components and kubeadm, for the kind node image (hack/kind/node-image.sh).
+# With --kind it also builds what the kind node image needs
+# (hack/kind/node-image.sh): kubelet, kube-controller-manager,
+# kube-scheduler, kube-proxy and kubeadm, from the same pinned
+# k8s.io/kubernetes (about seven minutes more on a cold cache once
+# kube-apiserver's packages are built).
 #
-# Usage: hack/controlplane.sh DEST_DIR [--node | --kind]
+# Usage: hack/controlplane.sh DEST_DIR [--kind]
 set -euo pipefail
 
-dest=${1:?usage: hack/controlplane.sh DEST_DIR [--node | --kind]}
+dest=${1:?usage: hack/controlplane.sh DEST_DIR [--kind]}
 node=${2:-}
 case "$node" in
-"" | --node | --kind) ;;
+"" | --kind) ;;
 *)
-	echo "usage: hack/controlplane.sh DEST_DIR [--node | --kind]" >&2
+	echo "usage: hack/controlplane.sh DEST_DIR [--kind]" >&2
 	exit 2
 	;;
 esac
@@ -60,13 +60,10 @@ build etcd go.etcd.io/etcd/server/v3 "-X go.etcd.io/etcd/api/v3/version.GitSHA=$
 build kubectl k8s.io/kubernetes/cmd/kubectl "$(version_flags)"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(version_flags)"
 echo "controlplane: kube-apiserver $k8s_version, etcd $etcd_version, kubectl $k8s_version ready in $dest"
-if [ -n "$node" ]; then
+if [ "$node" = --kind ]; then
 	for component in kube-controller-manager kube-scheduler kube-proxy kubelet; do
 		build "$component" "k8s.io/kubernetes/cmd/$component" "$(version_flags)"
 	done
-	echo "controlplane: kubelet, kube-controller-manager, kube-scheduler, kube-proxy $k8s_version ready in $dest"
-fi
-if [ "$node" = --kind ]; then
 	build kubeadm k8s.io/kubernetes/cmd/kubeadm "$(version_flags)"
-	echo "controlplane: kubeadm $k8s_version ready in $dest"
+	echo "controlplane: kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubeadm $k8s_version ready in $dest"
 fi

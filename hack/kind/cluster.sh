@@ -17,7 +17,20 @@
 # The host gets a route to every node's pod CIDR (through the kind network's
 # bridge, gone with it), so tests on the host reach the pods, as on a node.
 #
+# The fault tests' node faults (test/cluster/faults, CLUSTER_NODE_FAULT):
+#   node-kill NODE         the node's container killed (SIGKILL: a power loss;
+#                          its pods are neither stopped nor deleted)
+#   node-start NODE        started again, its network re-applied, Ready again
+#   partition NODE POD_IP [PORT]
+#                          inside NODE, traffic between the pod and the
+#                          control-plane node dropped both ways (the kubelet,
+#                          on the node's own address, still reaches the API
+#                          server and still probes the pod: it stays Ready);
+#                          with PORT, checked from the control-plane node
+#   heal NODE POD_IP [PORT]  those rules removed (and the port checked again)
+#
 # Usage: hack/kind/cluster.sh up | network | restart-apiserver | down
+#        hack/kind/cluster.sh node-kill|node-start NODE | partition|heal NODE POD_IP [PORT]
 set -uo pipefail
 # shellcheck source=hack/kind/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -99,13 +112,18 @@ config() {
 		      readOnly: true
 		      pathType: Directory
 	CFG
-	# A cgroup v1 host: the kubelet runs there only when told so.
+	# The kubelet refreshes mounted ConfigMaps every 10 s instead of every
+	# minute (syncFrequency), so that a policy edit reaches the replicas in
+	# seconds and the fault and Helm tests do not wait a minute for each;
+	# docs/reliability.md gives what the default costs. A cgroup v1 host: the
+	# kubelet runs there only when told so.
+	cat <<-CFG
+		- |
+		  kind: KubeletConfiguration
+		  syncFrequency: 10s
+	CFG
 	if cgroup_v1; then
-		cat <<-CFG
-			- |
-			  kind: KubeletConfiguration
-			  failCgroupV1: false
-		CFG
+		echo "  failCgroupV1: false"
 	fi
 }
 
@@ -123,7 +141,7 @@ network() {
 			sleep 1
 		done
 		[ -n "$cidr" ] || die "node $node has no pod CIDR after 60s"
-		ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$node") || return 1
+		ip=$(node_ip "$node") || return 1
 		cidr_of[$node]=$cidr ip_of[$node]=$ip
 	done
 	for node in $nodes; do
@@ -189,6 +207,56 @@ restart_apiserver() {
 	die "kube-apiserver not ready again within 2 minutes"
 }
 
+node_ip() { docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$1"; }
+
+node_kill() {
+	local node=${1:?node-kill NODE}
+	docker kill "$node" >/dev/null || return 1
+	log "node $node killed"
+}
+
+node_start() {
+	local node=${1:?node-start NODE}
+	docker start "$node" >/dev/null || return 1
+	# The node's routes and CNI configuration lived in its network namespace
+	# (and its address may have changed): re-applied on every node.
+	network "$([ -n "${KIND_NODE_IMAGE:-}" ] && echo false || echo true)" >/dev/null || return 1
+	kubectl_kind wait --for=condition=Ready "node/$node" --timeout=180s >/dev/null || return 1
+	log "node $node started and Ready"
+}
+
+# partition_rules ACTION NODE POD_IP: add (-I) or delete (-D) the two rules.
+partition_rules() {
+	local action=$1 node=${2:?partition NODE POD_IP} pod=${3:?partition NODE POD_IP} cp
+	cp=$(node_ip "$KIND_CLUSTER-control-plane") || return 1
+	[ -n "$cp" ] || die "no address for $KIND_CLUSTER-control-plane"
+	docker exec "$node" iptables "$action" FORWARD -s "$pod" -d "$cp" -m comment --comment leaseguard-partition -j DROP &&
+		docker exec "$node" iptables "$action" FORWARD -s "$cp" -d "$pod" -m comment --comment leaseguard-partition -j DROP
+}
+
+# reachable POD_IP PORT: whether the control-plane node (where the API
+# server runs) opens a TCP connection to the pod within 2 s.
+reachable() {
+	docker exec "$KIND_CLUSTER-control-plane" timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null
+}
+
+partition() {
+	partition_rules -I "$1" "$2" || return 1
+	if [ -n "${3:-}" ] && reachable "$2" "$3"; then
+		partition_rules -D "$1" "$2"
+		die "partition: the control-plane node still reaches $2:$3"
+	fi
+	log "partition: $2 cut off from the control plane inside $1${3:+ (checked: $2:$3 unreachable from it)}"
+}
+
+heal() {
+	partition_rules -D "$1" "$2" || return 1
+	if [ -n "${3:-}" ] && ! reachable "$2" "$3"; then
+		die "heal: the control-plane node still cannot reach $2:$3"
+	fi
+	log "partition healed: $2 on $1${3:+ (checked: $2:$3 reachable again)}"
+}
+
 down() {
 	[ -x "$kind_bin" ] || return 0
 	"$kind_bin" delete cluster --name "$KIND_CLUSTER" --kubeconfig "$KIND_KUBECONFIG" || return 1
@@ -200,9 +268,13 @@ case "${1:-}" in
 up) up ;;
 network) network "$([ -n "${KIND_NODE_IMAGE:-}" ] && echo false || echo true)" ;;
 restart-apiserver) restart_apiserver ;;
+node-kill) node_kill "${@:2}" ;;
+node-start) node_start "${@:2}" ;;
+partition) partition "${@:2}" ;;
+heal) heal "${@:2}" ;;
 down) down ;;
 *)
-	echo "usage: hack/kind/cluster.sh up | network | restart-apiserver | down" >&2
+	echo "usage: hack/kind/cluster.sh up | network | restart-apiserver | down | node-kill|node-start NODE | partition|heal NODE POD_IP [PORT]" >&2
 	exit 2
 	;;
 esac

@@ -10,9 +10,11 @@
 # registry is reachable), else the project's own, built offline
 # (hack/kind/node-image.sh, cached in the engine). The leaseguard image is
 # built without a base image (make docker-build-offline) and loaded into
-# the nodes. With KIND_CERT_MANAGER_MANIFEST set (a registry is needed for
-# its images), the run then also installs cert-manager and leaseguard's
-# cert-manager overlay (config/e2e) and runs the suite again.
+# the nodes. After the chart's tests, leaseguard's cert-manager overlay
+# (config/e2e, kustomize) is installed and the suite runs again: with the
+# real cert-manager from KIND_CERT_MANAGER_MANIFEST (its images need a
+# registry), else with test/cluster's stand-in (cert-manager's own CA
+# injector, and the Secret its selfSigned issuer would write).
 #
 # Usage: hack/kind/e2e.sh [--keep]   (--keep: leave the cluster up for a look; hack/kind/e2e.sh down removes it)
 #        hack/kind/e2e.sh --or-skip  (make test: exits 0 with "skipped: <reason>" only where the machine
@@ -41,8 +43,27 @@ stage() { # NAME COMMAND...: run one stage, print and record its time
 	return "$status"
 }
 
+standin=$KIND_CACHE/tools/cert-manager-standin
+
+# stop_cainjector: the stand-in's CA injector, by the PID it was started with.
+stop_cainjector() {
+	local pid_file=$KIND_STATE/cainjector.pid pid
+	[ -f "$pid_file" ] || return 0
+	pid=$(cat "$pid_file")
+	if kill -0 "$pid" 2>/dev/null && [ "$(readlink "/proc/$pid/exe")" = "$standin" ]; then
+		kill -TERM "$pid"
+		for _ in $(seq 1 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$pid" 2>/dev/null
+	fi
+	rm -f "$pid_file"
+}
+
 teardown_all() {
 	local status=0
+	stop_cainjector || status=1
 	"$kind_root/hack/kind/cluster.sh" down || status=1
 	"$kind_root/hack/kind/docker.sh" down || status=1
 	return "$status"
@@ -104,7 +125,8 @@ chart_args=("$kind_root/charts/leaseguard" -n leaseguard-system
 	--set-file "policy=$kind_root/config/e2e-policy/policy.yaml" --set-file "webhookConfigurations=$chart_dir/webhooks.yaml"
 	--set-file "apiServerAuthentication.clientCA=$KIND_STATE/admission/ca.crt" --set "apiServerAuthentication.clientNames={kube-apiserver-admission}")
 cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KUBECONFIG="$KIND_KUBECONFIG" CLUSTER_PKI="$KIND_STATE/admission"
-	CLUSTER_RESTART_APISERVER="$kind_root/hack/kind/cluster.sh restart-apiserver" KUBECTL="$KUBECTL")
+	CLUSTER_RESTART_APISERVER="$kind_root/hack/kind/cluster.sh restart-apiserver" CLUSTER_NODE_FAULT="$kind_root/hack/kind/cluster.sh"
+	KUBECTL="$KUBECTL")
 
 helm_install() {
 	mkdir -p "$chart_dir"
@@ -140,13 +162,42 @@ e2e_suite() { # the suite, unchanged; KUBECONFIG points nowhere: it may only use
 		go test -count=1 -race ./test/e2e/ -ginkgo.v
 }
 
+# cert_manager: the real cert-manager where its manifest is given (its
+# images need a registry); else test/cluster's stand-in, which writes the
+# Secret cert-manager's selfSigned issuer would and runs cert-manager's own
+# CA injector from its module, on the host, until the teardown stops it by PID.
+cert_manager() {
+	if [ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ]; then
+		"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f "$KIND_CERT_MANAGER_MANIFEST" || return 1
+		"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n cert-manager wait --for=condition=Available deployment --all --timeout=5m
+		return
+	fi
+	go -C test/cluster build -o "$standin" ./cmd/cert-manager-standin || return 1
+	"$standin" issue --kubeconfig "$KIND_KUBECONFIG" --repo "$kind_root" || return 1
+	setsid "$standin" cainjector --kubeconfig "$KIND_KUBECONFIG" >"$KIND_STATE/cainjector.log" 2>&1 &
+	echo $! >"$KIND_STATE/cainjector.pid"
+	log "cert-manager's CA injector running (PID $!, log $KIND_STATE/cainjector.log)"
+}
+
 cert_manager_overlay() {
-	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f "$KIND_CERT_MANAGER_MANIFEST" || return 1
-	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n cert-manager wait --for=condition=Available deployment --all --timeout=5m || return 1
-	make --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e KUBECTL="$KUBECTL" KUBECONFIG="$KIND_KUBECONFIG"
+	make --no-print-directory deploy OVERLAY=config/e2e IMG=leaseguard:e2e KUBECTL="$KUBECTL" KUBECONFIG="$KIND_KUBECONFIG" || return 1
+	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n leaseguard-system rollout status deployment/leaseguard --timeout=3m || return 1
+	# The CA injector has put the Secret's CA into both configurations.
+	local cfg
+	for cfg in validatingwebhookconfiguration/leaseguard-validating-webhook-configuration mutatingwebhookconfiguration/leaseguard-mutating-webhook-configuration; do
+		for _ in $(seq 1 60); do
+			[ -n "$("$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" get "$cfg" -o jsonpath='{.webhooks[0].clientConfig.caBundle}' 2>/dev/null)" ] && continue 2
+			sleep 1
+		done
+		echo "kind: no caBundle injected into $cfg after 60 s (log: $KIND_STATE/cainjector.log)" >&2
+		return 1
+	done
 }
 
 run_stages() {
+	# The harness's own tests first (the fault report's classification, the
+	# target's environment); the cluster tests themselves skip there and run below.
+	stage harness-unit-tests env -u CLUSTER_KUBECONFIG go -C test/cluster test -count=1 -race ./... || return 1
 	stage kubernetes-binaries hack/controlplane.sh "$CONTROLPLANE_DIR" || return 1
 	stage docker hack/kind/docker.sh up || return 1
 	eval "$(hack/kind/docker.sh env)"
@@ -164,9 +215,10 @@ run_stages() {
 		go test -count=1 -race -timeout 15m -v ./faults/ || return 1
 	stage helm-upgrade-uninstall env -C test/cluster "${cluster_env[@]}" HELM="$kind_root/bin/helm" \
 		LEASEGUARD_CHART_ARGS="${chart_args[*]}" go test -count=1 -race -timeout 10m -v ./chartinstall/ || return 1
-	if [ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ]; then
-		stage deploy-cert-manager cert_manager_overlay || return 1
-		stage e2e-cert-manager e2e_suite || return 1
-	fi
+	# Then the kustomize install with cert-manager (config/e2e), and the
+	# suite again.
+	stage cert-manager cert_manager || return 1
+	stage deploy-cert-manager cert_manager_overlay || return 1
+	stage e2e-cert-manager e2e_suite || return 1
 }
 run_stages || overall=1

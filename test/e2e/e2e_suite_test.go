@@ -5,8 +5,8 @@
 // real `leaseguard serve` with config/e2e-policy/policy.yaml. It runs against
 // another cluster only when asked explicitly: with E2E_KUBECONFIG set it runs
 // unchanged against that cluster, where leaseguard must already be deployed
-// with that policy (`make test-e2e-kind` and `make test-e2e-cluster`
-// install it with the Helm chart). An ambient KUBECONFIG is never used: the
+// with that policy (`make test-e2e-kind` installs it with the Helm chart,
+// then with kustomize's cert-manager overlay). An ambient KUBECONFIG is never used: the
 // suite creates namespaces and a ClusterRole granting writes on every lease,
 // which have no place in a cluster nobody named for it.
 package e2e

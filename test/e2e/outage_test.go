@@ -39,7 +39,7 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 
 	BeforeAll(func() {
 		if !env.local {
-			Skip("stopping the webhook is done on the local control plane here; the cluster suite (make test-e2e-cluster) stops its Pods")
+			Skip("stopping the webhook is done on the local control plane here; on kind the fault tests (test/cluster/faults) stop its Pods")
 		}
 		now := metav1.NewMicroTime(time.Now())
 		lease := boundLease(outageTeam, pod(outageTeam)+"_1")

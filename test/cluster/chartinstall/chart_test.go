@@ -1,5 +1,5 @@
 // Package chartinstall takes leaseguard, installed with its Helm chart by
-// `make test-e2e-kind` or `make test-e2e-cluster` (self-managed
+// `make test-e2e-kind` (self-managed
 // certificates, the e2e suite's policy), through what operators do next:
 // `helm upgrade` with an edited policy and another replica count, then `helm
 // uninstall`, which must leave nothing behind that could hold up a lease
@@ -321,7 +321,7 @@ func checkTop(t *testing.T, admin kubernetes.Interface, kubeconfig string, base 
 	ctx := context.Background()
 	kubectl := os.Getenv("KUBECTL")
 	if kubectl == "" {
-		t.Fatal("KUBECTL is not set: the kubectl that runs the plugin (make test-e2e-cluster sets it)")
+		t.Fatal("KUBECTL is not set: the kubectl that runs the plugin (make test-e2e-kind sets it)")
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bin, "kubectl-leaseguard"), "./cmd/kubectl-leaseguard")

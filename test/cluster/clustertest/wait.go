@@ -1,5 +1,5 @@
-// Package clustertest holds what the tests run against the cluster of
-// `leaseguard-cluster up` share (test/cluster/faults, test/cluster/chartinstall).
+// Package clustertest holds what the tests run against a real cluster
+// (hack/kind) share (test/cluster/faults, test/cluster/chartinstall).
 package clustertest
 
 import (

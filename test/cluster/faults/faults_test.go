@@ -1,8 +1,8 @@
-// Package faults breaks the cluster of `leaseguard-cluster up` (leaseguard
-// or of hack/kind, leaseguard installed with its Helm chart) while real lease
+// Package faults breaks the kind cluster of hack/kind (leaseguard installed
+// with its Helm chart, two replicas on two worker nodes) while real lease
 // traffic runs, and counts what users would see: guarded writes that failed,
 // leaderships lost, and identity changes wrongly admitted. `make
-// test-e2e-cluster` and `make test-e2e-kind` run it; alone it needs the
+// test-e2e-kind` (and make test's kind stage) runs it; alone it needs the
 // environment clustertest.TargetFromEnv reads, and is skipped without.
 //
 // The table it prints (and writes to FAULTS_REPORT) is docs/reliability.md's.
@@ -237,7 +237,7 @@ func TestFaults(t *testing.T) {
 
 	t.Run("kube-apiserver restarted", func(t *testing.T) {
 		if target.RestartAPIServer == nil {
-			t.Skip("the target cannot restart its API server (CLUSTER_ASSETS or CLUSTER_RESTART_APISERVER)")
+			t.Skip("the target cannot restart its API server (CLUSTER_RESTART_APISERVER)")
 		}
 		var away time.Duration
 		r := measure(t, "kube-apiserver restarted", func(t *testing.T) string {
@@ -258,6 +258,86 @@ func TestFaults(t *testing.T) {
 		if r.leadershipsLost > 0 && away < renewDeadline-retryPeriod {
 			t.Errorf("%d leaderships lost though the API server was away only %s (renew deadline %s)", r.leadershipsLost, away, renewDeadline)
 		}
+	})
+
+	// Node faults come last: a node that fails to come back must not take
+	// the faults above with it.
+	t.Run("worker node lost", func(t *testing.T) {
+		if target.NodeFault == nil {
+			t.Skip("the target cannot break its nodes (CLUSTER_NODE_FAULT)")
+		}
+		r := measure(t, "worker node lost", func(t *testing.T) string {
+			victim, rate := c.busiestReplica(t)
+			node := victim.Spec.NodeName
+			killed := time.Now()
+			if err := target.NodeFault(ctx, "node-kill", node); err != nil {
+				t.Fatal(err)
+			}
+			started := false
+			defer func() { // whatever failed, the node comes back for what follows
+				if !started {
+					_ = target.NodeFault(context.Background(), "node-start", node)
+				}
+			}()
+			// The API server keeps sending to the dead replica's address
+			// until the node controller marks the node NotReady and the
+			// endpoint goes unready; that is the window under test.
+			waitUntil(t, "the lost replica's endpoint unready", 3*time.Minute, func() error {
+				if c.endpointReady(victim.Status.PodIP) {
+					return fmt.Errorf("%s still a ready endpoint", victim.Status.PodIP)
+				}
+				return nil
+			})
+			stale := time.Since(killed)
+			time.Sleep(10 * time.Second) // one replica serves alone
+			restart := time.Now()
+			started = true
+			if err := target.NodeFault(ctx, "node-start", node); err != nil {
+				t.Fatal(err)
+			}
+			c.waitDeploymentAvailable(t, 2, nil)
+			return fmt.Sprintf("worker %s killed (SIGKILL, nothing deleted) with the replica deciding %.1f reviews/s: its endpoint stayed ready %s, until the node went NotReady; "+
+				"node started again after %s, both replicas ready %s later",
+				node, rate, stale.Round(time.Second), restart.Sub(killed).Round(time.Second), time.Since(restart).Round(time.Second))
+		})
+		assertHeld(t, r)
+	})
+
+	t.Run("replica partitioned from the API server", func(t *testing.T) {
+		if target.NodeFault == nil {
+			t.Skip("the target cannot break its nodes (CLUSTER_NODE_FAULT)")
+		}
+		const cut = 30 * time.Second
+		r := measure(t, "replica partitioned from the API server", func(t *testing.T) string {
+			victim, rate := c.busiestReplica(t)
+			node, ip, port := victim.Spec.NodeName, victim.Status.PodIP, webhookPort(victim)
+			if err := target.NodeFault(ctx, "partition", node, ip, port); err != nil {
+				t.Fatal(err)
+			}
+			healed := false
+			defer func() {
+				if !healed {
+					_ = target.NodeFault(context.Background(), "heal", node, ip, port)
+				}
+			}()
+			// Its kubelet still probes it and still reaches the API server:
+			// the replica stays a ready endpoint for the whole cut, so the
+			// API server keeps choosing it for some new connections.
+			fewest := 2
+			for end := time.Now().Add(cut); time.Now().Before(end); time.Sleep(time.Second) {
+				if n := c.readyEndpoints(); n >= 0 {
+					fewest = min(fewest, n)
+				}
+			}
+			healed = true
+			if err := target.NodeFault(ctx, "heal", node, ip, port); err != nil {
+				t.Fatal(err)
+			}
+			c.waitDeploymentAvailable(t, 2, nil)
+			return fmt.Sprintf("replica on %s deciding %.1f reviews/s cut off from the control-plane node both ways for %s (checked: its webhook port unreachable from there), still Ready: fewest ready endpoints %d",
+				node, rate, cut, fewest)
+		})
+		assertHeld(t, r)
 	})
 
 	report := renderReport(results)
@@ -385,6 +465,60 @@ func (c *cluster) waitDeploymentAvailable(t *testing.T, want int32, gone map[str
 		return nil
 	})
 	return fewest
+}
+
+// endpointReady reports whether ip is a ready endpoint of the webhook
+// Service (true when the slices cannot be read: not proven unready).
+func (c *cluster) endpointReady(ip string) bool {
+	slices, err := c.admin.DiscoveryV1().EndpointSlices(lgNS).List(context.Background(),
+		metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=leaseguard-webhook-service"})
+	if err != nil {
+		return true
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if addrs := e.Addresses; len(addrs) > 0 && addrs[0] == ip {
+				return e.Conditions.Ready == nil || *e.Conditions.Ready
+			}
+		}
+	}
+	return false
+}
+
+// busiestReplica returns the replica that decided the most reviews over 5
+// s, and its rate: the API server keeps its connections to a replica, so a
+// fault on the other one might not touch a single call.
+func (c *cluster) busiestReplica(t *testing.T) (corev1.Pod, float64) {
+	t.Helper()
+	pods := c.pods(t)
+	before := make([]float64, len(pods))
+	for i, p := range pods {
+		before[i] = c.metrics.decisions(p.Status.PodIP)
+	}
+	const over = 5 * time.Second
+	time.Sleep(over)
+	best, most := -1, 0.0
+	for i, p := range pods {
+		if d := c.metrics.decisions(p.Status.PodIP) - before[i]; before[i] >= 0 && d > most {
+			best, most = i, d
+		}
+	}
+	if best < 0 {
+		t.Fatalf("no replica of %d decided a review in %s (or their metrics were unreadable)", len(pods), over)
+	}
+	return pods[best], most / over.Seconds()
+}
+
+// webhookPort is the pod's container port named "webhook" (the chart's).
+func webhookPort(p corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		for _, port := range c.Ports {
+			if port.Name == "webhook" {
+				return fmt.Sprint(port.ContainerPort)
+			}
+		}
+	}
+	return "9443"
 }
 
 func (c *cluster) scale(t *testing.T, replicas int32) {

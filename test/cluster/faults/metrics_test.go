@@ -76,19 +76,32 @@ func (s *scraper) get(ip, path, token string) (int, string, error) {
 // reloads reads leaseguard_policy_reloads_total{result="success"} from a
 // pod (-1 when unreadable).
 func (s *scraper) reloads(ip string) float64 {
+	return s.sum(ip, func(series string) bool { return series == `leaseguard_policy_reloads_total{result="success"}` })
+}
+
+// decisions reads the sum of leaseguard_decisions_total over all its
+// series from a pod: the reviews it decided (-1 when unreadable).
+func (s *scraper) decisions(ip string) float64 {
+	return s.sum(ip, func(series string) bool { return strings.HasPrefix(series, "leaseguard_decisions_total{") })
+}
+
+// sum adds the samples of the series match accepts on a pod's metrics
+// port (-1 when unreadable).
+func (s *scraper) sum(ip string, match func(series string) bool) float64 {
 	code, body, err := s.get(ip, "/metrics", s.token)
 	if err != nil || code != http.StatusOK {
 		return -1
 	}
+	total := 0.0
 	for _, line := range strings.Split(body, "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == `leaseguard_policy_reloads_total{result="success"}` {
+		if f := strings.Fields(line); len(f) == 2 && match(f[0]) {
 			var v float64
 			if _, err := fmt.Sscan(f[1], &v); err == nil {
-				return v
+				total += v
 			}
 		}
 	}
-	return 0
+	return total
 }
 
 // checkMetricsAccess asserts, on every replica, what the shipped metrics
