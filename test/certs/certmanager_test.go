@@ -12,18 +12,11 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
+	"github.com/leaseguard/leaseguard/test/certmanager"
 	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
@@ -99,14 +92,9 @@ func TestCertManagerModeWithTheRealCAInjector(t *testing.T) {
 	ca.issue(t, certDir, 7)
 	crt, _ := os.ReadFile(filepath.Join(certDir, "tls.crt"))
 	key, _ := os.ReadFile(filepath.Join(certDir, "tls.key"))
-	var certificate cmapi.Certificate
-	data, _ := os.ReadFile(filepath.Join(root, "config", "certmanager", "certificate.yaml"))
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		if strings.Contains(doc, "kind: Certificate") {
-			if err := yaml.Unmarshal([]byte(doc), &certificate); err != nil {
-				t.Fatal(err)
-			}
-		}
+	certificate, err := certmanager.Certificate(root)
+	if err != nil {
+		t.Fatal(err)
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "leaseguard-system", Name: certificate.Spec.SecretName,
@@ -119,30 +107,8 @@ func TestCertManagerModeWithTheRealCAInjector(t *testing.T) {
 	}
 
 	// cert-manager's CA injector, as its own binary sets it up.
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = cmapi.AddToScheme(scheme)
-	// The injector names its server-side-apply field manager after the
-	// client's user agent, as in its own deployment.
-	injectorConfig := rest.CopyConfig(cp.Config)
-	injectorConfig.UserAgent = "cert-manager-cainjector/" + controlplane.CertManagerVersion
-	mgr, err := ctrl.NewManager(injectorConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-	})
+	mgr, err := certmanager.NewCAInjector(ctx, cp.Config)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cainjector.RegisterAllInjectors(ctx, mgr, cainjector.SetupOptions{
-		EnableCertificatesDataSource: true,
-		EnabledReconcilersFor: map[string]bool{
-			// The injector's own names for the kinds it reconciles.
-			"validatingwebhookconfiguration": true,
-			"mutatingwebhookconfiguration":   true,
-		},
-	}); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

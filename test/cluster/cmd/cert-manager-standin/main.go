@@ -29,28 +29,20 @@ import (
 	"math/big"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
-	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/test/certmanager"
 )
 
 // namespace is config/default's.
@@ -85,34 +77,11 @@ func main() {
 	}
 }
 
-// certificate reads config/certmanager's Certificate, strictly: a field
-// the stand-in does not know is an error, not an ignored request.
-func certificate(repo string) (*cmapi.Certificate, error) {
-	path := filepath.Join(repo, "config", "certmanager", "certificate.yaml")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		if strings.Contains(doc, "kind: Certificate\n") {
-			c := &cmapi.Certificate{}
-			if err := yaml.UnmarshalStrict([]byte(doc), c); err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-			if len(c.Spec.DNSNames) == 0 || c.Spec.SecretName == "" {
-				return nil, fmt.Errorf("%s: the Certificate names no DNS names or no Secret", path)
-			}
-			return c, nil
-		}
-	}
-	return nil, fmt.Errorf("%s: no Certificate", path)
-}
-
 // issue writes the Secret of config/certmanager's Certificate into
 // leaseguard's namespace (made when missing, once a previous installation's
 // is gone).
 func issue(ctx context.Context, cfg *rest.Config, repo string) error {
-	cert, err := certificate(repo)
+	cert, err := certmanager.Certificate(repo)
 	if err != nil {
 		return err
 	}
@@ -193,33 +162,8 @@ func selfSigned(dnsNames []string) (crtPEM, keyPEM []byte, err error) {
 // runCAInjector runs cert-manager's CA injector for the two webhook
 // configurations until ctx ends.
 func runCAInjector(ctx context.Context, cfg *rest.Config) error {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := cmapi.AddToScheme(scheme); err != nil {
-		return err
-	}
-	// Its server-side-apply field manager is named after the user agent,
-	// as in its own deployment.
-	injectorConfig := rest.CopyConfig(cfg)
-	injectorConfig.UserAgent = "cert-manager-cainjector/" + controlplane.CertManagerVersion
-	mgr, err := ctrl.NewManager(injectorConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-	})
+	mgr, err := certmanager.NewCAInjector(ctx, cfg)
 	if err != nil {
-		return err
-	}
-	if err := cainjector.RegisterAllInjectors(ctx, mgr, cainjector.SetupOptions{
-		EnableCertificatesDataSource: true,
-		EnabledReconcilersFor: map[string]bool{
-			"validatingwebhookconfiguration": true,
-			"mutatingwebhookconfiguration":   true,
-		},
-	}); err != nil {
 		return err
 	}
 	fmt.Println("cert-manager-standin: CA injector running")
