@@ -2,7 +2,7 @@
 # The Docker engine kind needs. Uses the engine of $DOCKER_HOST or the default
 # socket when one answers; otherwise starts one of the project's own (Debian's
 # Docker engine package, installed with apt-get when missing) on its own socket, with its
-# images under bin/kind/docker, and `down` stops it by its PID and removes what
+# images under $KIND_CACHE/docker, and `down` stops it by its PID and removes what
 # it added to the host: its iptables chains and rules, its network
 # interfaces, its mounts, and the FORWARD policy it may have changed.
 #

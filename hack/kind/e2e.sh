@@ -25,9 +25,9 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
 timings=$KIND_STATE/stages.txt
-report=$KIND_CACHE/faults-report.md
+report=$kind_root/bin/kind/faults-report.md
 mode=${1:-run}
-mkdir -p "$KIND_STATE"
+mkdir -p "$KIND_STATE" "$kind_root/bin/kind"
 
 stage() { # NAME COMMAND...: run one stage, print and record its time
 	local name=$1 start status took result=ok
@@ -194,6 +194,14 @@ cert_manager_overlay() {
 	done
 }
 
+# build_image: leaseguard:e2e without a base image; the previous run's
+# image of that tag is removed first, so runs do not pile up untagged
+# images in the engine's cache.
+build_image() {
+	docker image rm leaseguard:e2e >/dev/null 2>&1
+	make --no-print-directory docker-build-offline IMG=leaseguard:e2e
+}
+
 run_stages() {
 	# The harness's own tests first (the fault report's classification, the
 	# target's environment); the cluster tests themselves skip there and run below.
@@ -202,7 +210,7 @@ run_stages() {
 	stage docker hack/kind/docker.sh up || return 1
 	eval "$(hack/kind/docker.sh env)"
 	stage cluster-up hack/kind/cluster.sh up || return 1
-	stage image make --no-print-directory docker-build-offline IMG=leaseguard:e2e || return 1
+	stage image build_image || return 1
 	stage image-load "$kind_bin" load docker-image leaseguard:e2e --name "$KIND_CLUSTER" || return 1
 	stage helm-build make --no-print-directory helm || return 1
 	[ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ] || { stage cert-manager-crds cert_manager_crds || return 1; }

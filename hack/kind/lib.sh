@@ -2,8 +2,12 @@
 # Shared settings of the kind scripts (sourced, never run).
 #
 # Where things live:
-#   KIND_CACHE  bin/kind: what is built once and kept (the node image's parts,
-#               the tools, the Docker engine's images when this project runs it).
+#   KIND_CACHE  ${XDG_CACHE_HOME:-~/.cache}/leaseguard/kind: what is built once
+#               and kept (the node image's parts, the tools, the Docker engine's
+#               images when this project runs it). Shared by every checkout on
+#               the machine, as Go's build cache is, so a fresh clone finds the
+#               node image built before; the image's tag is a hash of its
+#               inputs, so a checkout that changes them builds its own.
 #   KIND_STATE  ${TMPDIR:-/tmp}/leaseguard-kind: what one run starts and the
 #               teardown removes (the engine's socket, PID file and logs).
 # Environment a user may set:
@@ -13,7 +17,7 @@
 #                    socket: hack/kind/docker.sh starts one of the project's own.
 
 kind_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-KIND_CACHE=${KIND_CACHE:-$kind_root/bin/kind}
+KIND_CACHE=${KIND_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/leaseguard/kind}
 KIND_STATE=${KIND_STATE:-${TMPDIR:-/tmp}/leaseguard-kind}
 KIND_CLUSTER=${KIND_CLUSTER:-leaseguard-e2e}
 # Pinned: the versions the node image and the scripts were written for.
