@@ -153,8 +153,19 @@ cert_manager_crds() {
 	dir=$(go mod download -json github.com/cert-manager/cert-manager | jq -r .Dir) || return 1
 	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply --server-side \
 		-f "$dir/deploy/crds/cert-manager.io_issuers.yaml" -f "$dir/deploy/crds/cert-manager.io_certificates.yaml" || return 1
-	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" wait --for=condition=Established --timeout=60s \
-		crd/issuers.cert-manager.io crd/certificates.cert-manager.io
+	# Polled rather than `kubectl wait`: a CRD read before the API server
+	# wrote its first status makes `kubectl wait --for=condition` fail with
+	# ".status.conditions accessor error" instead of waiting (seen once).
+	local crd
+	for crd in issuers.cert-manager.io certificates.cert-manager.io; do
+		for _ in $(seq 1 60); do
+			[ "$("$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" get crd "$crd" \
+				-o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] && continue 2
+			sleep 1
+		done
+		echo "kind: CRD $crd not Established after 60 s" >&2
+		return 1
+	done
 }
 
 e2e_suite() { # the suite, unchanged; KUBECONFIG points nowhere: it may only use the cluster it is given
