@@ -86,29 +86,8 @@ TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG
 GOTEST := env $(TEST_ENV) go test -count=1 -race
 
 .PHONY: test
-test: ## The whole suite, stage by stage with timings: hygiene, lint, unit and integration under -race, VAP parity, e2e, two clusters, fuzzing, kind (3 nodes: Helm, e2e, faults, cert-manager overlay).
-	@rm -f bin/test-stages.txt
-	@hack/stage.sh controlplane $(MAKE) --no-print-directory controlplane
-	@hack/stage.sh check-tracked-files $(MAKE) --no-print-directory check-tracked-files
-	@hack/stage.sh fmt-vet $(MAKE) --no-print-directory fmt-check vet
-	@hack/stage.sh integration $(GOTEST) ./test/integration/... ./test/certs/...
-	@hack/stage.sh e2e $(GOTEST) ./test/e2e/...
-	@# The multi-cluster suite mostly waits (steady states, lease expiries;
-	@# it asserts the protocol's bounds, not wall-clock speed): the stages
-	@# that measure no time run beside it, one after another, their output
-	@# shown when it ends. Each stage keeps its own time and verdict.
-	@(hack/stage.sh lint $(MAKE) --no-print-directory lint && \
-	  hack/stage.sh chart-alerts $(MAKE) --no-print-directory test-chart test-alerts && \
-	  hack/stage.sh unit $(MAKE) --no-print-directory test-unit && \
-	  hack/stage.sh vap $(MAKE) --no-print-directory test-vap && \
-	  hack/stage.sh perf-programs $(MAKE) --no-print-directory test-perf && \
-	  hack/stage.sh fuzz $(MAKE) --no-print-directory fuzz) >bin/test-beside-multicluster.log 2>&1 & beside=$$!; \
-	hack/stage.sh multicluster $(MAKE) --no-print-directory test-multicluster; status=$$?; \
-	wait $$beside; beside_status=$$?; \
-	echo "--- beside multicluster: lint, chart-alerts, unit, vap, perf-programs, fuzz ---"; cat bin/test-beside-multicluster.log; \
-	[ $$status -eq 0 ] && [ $$beside_status -eq 0 ]
-	@hack/stage.sh kind hack/kind/e2e.sh --or-skip
-	@echo "make test: every stage passed"; cat bin/test-stages.txt
+test: ## The whole suite with stage timings: the control plane, then three tracks side by side: api (integration, e2e, multicluster), checks (fmt, vet, lint, chart, alerts, unit, VAP parity, perf programs, fuzz), kind (3 nodes: Helm, e2e, faults, cert-manager overlay). hack/test.sh.
+	@GOTEST="$(GOTEST)" MAKE="$(MAKE)" hack/test.sh
 
 .PHONY: test-unit
 test-unit: ## Unit tests only: every package that needs no control plane (internal/ and the test harness's own), under the race detector.

@@ -14,7 +14,9 @@
 #   - the images kubeadm runs (kube-apiserver, kube-controller-manager,
 #     kube-scheduler, etcd, kube-proxy, CoreDNS, pause), each one layer made
 #     with `docker import` from the same builds, under the names kubeadm
-#     expects, imported into containerd at boot (node/import-images.service).
+#     expects, imported into containerd at boot (node/import-images.service);
+#     CoreDNS from hack/kind/coredns, with only the plugins kubeadm's
+#     Corefile uses.
 #
 # The image is named leaseguard-kind-node:<Kubernetes version>-<hash of its
 # inputs>; an engine that has it already is not asked again. First build
@@ -26,7 +28,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 here=$kind_root/hack/kind
-inputs_hash=$(cat "$here/node-image.sh" "$here"/node/* "$kind_root/test/tools/go.sum" | sha256sum | cut -c1-12)
+inputs_hash=$(cat "$here/node-image.sh" "$here"/node/* "$here"/coredns/* "$kind_root/test/tools/go.sum" | sha256sum | cut -c1-12)
 image=leaseguard-kind-node:$k8s_version-$inputs_hash
 if docker image inspect "$image" >/dev/null 2>&1; then
 	log "node image $image is in the engine already" >&2
@@ -62,7 +64,12 @@ kubeadm_images=$("$k8s/kubeadm" config images list --kubernetes-version "$k8s_ve
 ref() { grep -m1 "/$1:" <<<"$kubeadm_images"; } # kubeadm's name for an image
 coredns_ref=$(ref coredns) pause_ref=$(ref pause) etcd_ref=$(ref etcd)
 go_tool crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
-go_tool coredns "github.com/coredns/coredns@${coredns_ref##*:}"
+# CoreDNS with the plugins kubeadm's Corefile uses (hack/kind/coredns), at
+# the version kubeadm deploys.
+coredns_pinned=$(awk '$1 == "github.com/coredns/coredns" {print $2; exit}' "$here/coredns/go.mod")
+[ "$coredns_pinned" = "${coredns_ref##*:}" ] ||
+	die "kubeadm $k8s_version deploys CoreDNS ${coredns_ref##*:}, hack/kind/coredns/go.mod pins $coredns_pinned: pin the same (go get github.com/coredns/coredns@${coredns_ref##*:})"
+(cd "$here/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$KIND_CACHE/tools/coredns" .)
 (cd "$kind_root/test/cluster" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$KIND_CACHE/tools/pause" ./pause)
 
 # 3. The images kubeadm runs: one layer each, imported into the engine and

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# make test: every stage of the suite, each printing its time, and a summary.
+#
+# The control plane is built first (every suite after it runs against it);
+# then three tracks run side by side, each a chain of stages that stops at
+# its first failure while the other tracks go on:
+#
+#   api     integration, e2e, multicluster   real API servers; they mostly wait
+#                                            (lease expiries, steady states)
+#   checks  fmt-vet, lint, chart-alerts,     compiling and analysing; they
+#           unit, vap, perf-programs, fuzz   mostly compute
+#   kind    the kind stage                   a 3-node cluster, Helm, e2e, faults
+#
+# Side by side because on two cores neither the waiting suites nor the
+# cluster keep the CPU busy (measured: the api track averages 40 % of it),
+# and on a cold cache the node image's builds fill what they leave. No
+# stage asserts wall-clock speed, so sharing the machine changes their
+# times, not their verdicts (run under load before this schedule: two
+# suites at once).
+#
+# Live: one line per stage start and end (bin/test-progress.log); each
+# track's full output is printed when the track ends (bin/test-<track>.log).
+#
+# Environment (from the Makefile): GOTEST, the `go test` command with the
+# suite's environment (KUBECONFIG pointing nowhere); MAKE.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+: "${GOTEST:?GOTEST unset: run make test}"
+MAKE=${MAKE:-make}
+mkdir -p bin
+rm -f bin/test-stages.txt bin/test-progress.log bin/test-{api,checks,kind}.log
+: >bin/test-progress.log
+export TEST_PROGRESS=$PWD/bin/test-progress.log
+started=$(date +%s)
+
+m() { "$MAKE" --no-print-directory "$@"; }
+stage() { hack/stage.sh "$@"; }
+
+stage controlplane m controlplane || { cat bin/test-stages.txt; exit 1; }
+stage check-tracked-files m check-tracked-files || { cat bin/test-stages.txt; exit 1; }
+
+track_api() {
+	# shellcheck disable=SC2086 # GOTEST is a command line
+	stage integration $GOTEST ./test/integration/... ./test/certs/... &&
+		stage e2e $GOTEST ./test/e2e/... &&
+		stage multicluster m test-multicluster
+}
+track_checks() {
+	stage fmt-vet m fmt-check vet &&
+		stage lint m lint &&
+		stage chart-alerts m test-chart test-alerts &&
+		stage unit m test-unit &&
+		stage vap m test-vap &&
+		stage perf-programs m test-perf &&
+		stage fuzz m fuzz
+}
+track_kind() { stage kind hack/kind/e2e.sh --or-skip; }
+
+# Progress lines as stages start and end, while the tracks run.
+tail -n +1 -f bin/test-progress.log &
+tail_pid=$!
+declare -A track_of=()
+for t in api checks kind; do
+	"track_$t" >"bin/test-$t.log" 2>&1 &
+	track_of[$!]=$t
+done
+status=0
+while [ "${#track_of[@]}" -gt 0 ]; do
+	wait -n -p done_pid "${!track_of[@]}"
+	rc=$?
+	t=${track_of[$done_pid]}
+	unset "track_of[$done_pid]"
+	[ "$rc" -eq 0 ] || status=1
+	echo
+	echo "------ track $t ended ($([ "$rc" -eq 0 ] && echo ok || echo "FAILED, exit $rc")): its output ------"
+	cat "bin/test-$t.log"
+	echo "------ end of track $t ------"
+done
+sleep 0.2
+kill "$tail_pid" 2>/dev/null
+wait "$tail_pid" 2>/dev/null
+
+echo
+echo "make test: $([ "$status" -eq 0 ] && echo "every stage passed" || echo FAILED) in $(($(date +%s) - started))s" \
+	"(controlplane and check-tracked-files, then the api, checks and kind tracks side by side)"
+cat bin/test-stages.txt
+exit "$status"
