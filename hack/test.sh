@@ -33,26 +33,26 @@ rm -f bin/test-stages.txt bin/test-progress.log bin/test-{api,checks,kind}.log
 export TEST_PROGRESS=$PWD/bin/test-progress.log
 started=$(date +%s)
 
-m() { "$MAKE" --no-print-directory "$@"; }
+M=("$MAKE" --no-print-directory) # a stage runs in hack/stage.sh: a command, not a function
 stage() { hack/stage.sh "$@"; }
 
-stage controlplane m controlplane || { cat bin/test-stages.txt; exit 1; }
-stage check-tracked-files m check-tracked-files || { cat bin/test-stages.txt; exit 1; }
+stage controlplane "${M[@]}" controlplane || { cat bin/test-stages.txt; exit 1; }
+stage check-tracked-files "${M[@]}" check-tracked-files || { cat bin/test-stages.txt; exit 1; }
 
 track_api() {
 	# shellcheck disable=SC2086 # GOTEST is a command line
 	stage integration $GOTEST ./test/integration/... ./test/certs/... &&
 		stage e2e $GOTEST ./test/e2e/... &&
-		stage multicluster m test-multicluster
+		stage multicluster "${M[@]}" test-multicluster
 }
 track_checks() {
-	stage fmt-vet m fmt-check vet &&
-		stage lint m lint &&
-		stage chart-alerts m test-chart test-alerts &&
-		stage unit m test-unit &&
-		stage vap m test-vap &&
-		stage perf-programs m test-perf &&
-		stage fuzz m fuzz
+	stage fmt-vet "${M[@]}" fmt-check vet &&
+		stage lint "${M[@]}" lint &&
+		stage chart-alerts "${M[@]}" test-chart test-alerts &&
+		stage unit "${M[@]}" test-unit &&
+		stage vap "${M[@]}" test-vap &&
+		stage perf-programs "${M[@]}" test-perf &&
+		stage fuzz "${M[@]}" fuzz
 }
 track_kind() { stage kind hack/kind/e2e.sh --or-skip; }
 
