@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.." || exit 1
 : "${GOTEST:?GOTEST unset: run make test}"
 MAKE=${MAKE:-make}
 mkdir -p bin
-rm -f bin/test-stages.txt bin/test-progress.log bin/test-{api,checks,kind}.log
+rm -f bin/test-stages.txt bin/test-progress.log bin/test-{api,checks,kind}.{log,rc}
 : >bin/test-progress.log
 export TEST_PROGRESS=$PWD/bin/test-progress.log
 started=$(date +%s)
@@ -59,23 +59,37 @@ track_kind() { stage kind hack/kind/e2e.sh --or-skip; }
 # Progress lines as stages start and end, while the tracks run.
 tail -n +1 -f bin/test-progress.log &
 tail_pid=$!
-declare -A track_of=()
+# Each track writes its exit status to bin/test-<track>.rc when it ends
+# (polled: bash's `wait -n` cannot name a job that ended before it was
+# called).
+track_pids=()
 for t in api checks kind; do
-	"track_$t" >"bin/test-$t.log" 2>&1 &
-	track_of[$!]=$t
+	{
+		"track_$t"
+		echo $? >"bin/test-$t.rc"
+	} >"bin/test-$t.log" 2>&1 &
+	track_pids+=($!)
 done
 status=0
-while [ "${#track_of[@]}" -gt 0 ]; do
-	wait -n -p done_pid "${!track_of[@]}"
-	rc=$?
-	t=${track_of[$done_pid]}
-	unset "track_of[$done_pid]"
-	[ "$rc" -eq 0 ] || status=1
-	echo
-	echo "------ track $t ended ($([ "$rc" -eq 0 ] && echo ok || echo "FAILED, exit $rc")): its output ------"
-	cat "bin/test-$t.log"
-	echo "------ end of track $t ------"
+running=(api checks kind)
+while [ "${#running[@]}" -gt 0 ]; do
+	sleep 2
+	still=()
+	for t in "${running[@]}"; do
+		if [ ! -s "bin/test-$t.rc" ]; then
+			still+=("$t")
+			continue
+		fi
+		rc=$(cat "bin/test-$t.rc")
+		[ "$rc" = 0 ] || status=1
+		echo
+		echo "------ track $t ended ($([ "$rc" = 0 ] && echo ok || echo "FAILED, exit $rc")): its output ------"
+		cat "bin/test-$t.log"
+		echo "------ end of track $t ------"
+	done
+	running=("${still[@]}")
 done
+wait "${track_pids[@]}" # their shells, all ended
 sleep 0.2
 kill "$tail_pid" 2>/dev/null
 wait "$tail_pid" 2>/dev/null

@@ -25,6 +25,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/procstat"
+	"github.com/leaseguard/leaseguard/webhook/admission"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -54,7 +55,7 @@ rules:
 `
 
 // The names of the setups, in report order.
-var setupNames = []string{"none", "vap", "leaseguard-vap", "leaseguard-vap-static", "noop-plain", "noop-webhook", "leaseguard-selected", "leaseguard-unselected"}
+var setupNames = []string{"none", "vap", "leaseguard-vap", "leaseguard-vap-static", "noop-plain", "noop-webhook", "noop-routed", "leaseguard-selected", "leaseguard-unselected"}
 
 // setup is one way of admitting the renewals.
 type setup struct {
@@ -90,10 +91,11 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 			return nil, err
 		}
 	}
-	noopURL, err := b.startNoopWebhook(ctx)
+	noopBase, err := b.startNoopWebhook(ctx)
 	if err != nil {
 		return nil, err
 	}
+	noopURL := noopBase + "/noop"
 	data, err := os.ReadFile(policyPath)
 	if err != nil {
 		return nil, err
@@ -105,6 +107,17 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 	rendered, err := manifests.Render(p, manifests.Options{
 		Namespace: "leaseguard-system", Prefix: "leaseguard", CABundle: cp.CAData(), Coalescing: manifests.CoalesceOff,
 		URL: "https://" + net.JoinHostPort(cp.WebhookHost, strconv.Itoa(cp.WebhookPort)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The same configuration sending every review to the no-op webhook:
+	// what the routing costs in the API server (the match conditions that
+	// send each write to the fail-open or the fail-closed webhook), with
+	// no decision at the other end.
+	routed, err := manifests.Render(p, manifests.Options{
+		Namespace: "leaseguard-system", Prefix: "bench-routed", CABundle: cp.CAData(), Coalescing: manifests.CoalesceOff,
+		URL: noopBase,
 	})
 	if err != nil {
 		return nil, err
@@ -126,6 +139,7 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 		"leaseguard-vap-static": b.generatedVAPSetup("leaseguard-vap-static", generatedStatic),
 		"noop-plain":            b.noopSetup("noop-plain", noopURL, ""),
 		"noop-webhook":          b.noopSetup("noop-webhook", noopURL, selectedNS),
+		"noop-routed":           b.routedNoopSetup(routed.Validating),
 		"leaseguard-selected":   b.leaseguardSetup(rendered, selectedNS),
 		"leaseguard-unselected": b.leaseguardSetup(rendered, unselectedNS),
 	}
@@ -135,6 +149,19 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 		bare.Webhooks[0].MatchConditions = nil
 		b.setups["leaseguard-nocel"] = b.leaseguardSetup(&manifests.Rendered{Validating: bare}, selectedNS)
 		b.setups["leaseguard-nocel"].name = "leaseguard-nocel"
+		// The routing with the fail-closed condition evaluated once: the
+		// fail-open webhook called for every selected write (only the
+		// control-plane conditions kept), the fail-closed one as rendered.
+		once := routed.Validating.DeepCopy()
+		once.Name = "bench-routed-once"
+		for i := range once.Webhooks {
+			if strings.HasPrefix(once.Webhooks[i].Name, manifests.RenewalsWebhook) {
+				mc := once.Webhooks[i].MatchConditions
+				once.Webhooks[i].MatchConditions = mc[:len(mc)-1]
+			}
+		}
+		b.setups["noop-routed-once"] = b.routedNoopSetup(once)
+		b.setups["noop-routed-once"].name = "noop-routed-once"
 	}
 	return b, nil
 }
@@ -306,6 +333,25 @@ func (b *bench) noopSetup(name, url, ns string) *setup {
 	}
 }
 
+// routedNoopSetup installs the configuration leaseguard renders for the
+// bench policy with every webhook pointing at the no-op: the floor of any
+// webhook routed as leaseguard's is, so that leaseguard-selected against it
+// is what leaseguard itself adds.
+func (b *bench) routedNoopSetup(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) *setup {
+	s := b.noopSetup("noop-routed", "", "")
+	api := b.admin.AdmissionregistrationV1
+	s.install = func(ctx context.Context) error {
+		_, err := api().ValidatingWebhookConfigurations().Create(ctx, cfg.DeepCopy(), metav1.CreateOptions{})
+		return err
+	}
+	s.uninstall = func(ctx context.Context) error {
+		return api().ValidatingWebhookConfigurations().Delete(ctx, cfg.Name, metav1.DeleteOptions{})
+	}
+	// The intruder's write is an identity change: routed to the fail-closed
+	// webhook, which is the no-op here.
+	return s
+}
+
 // webhookConfiguration scopes a webhook as leaseguard's generated one is:
 // the Leases of one namespace (every Lease when ns is empty), failurePolicy
 // Fail.
@@ -390,7 +436,7 @@ func (h noopHandler) Handle(context.Context, cradmission.Request) cradmission.Re
 }
 
 // startNoopWebhook serves the no-op webhook with the control plane's
-// serving key pair, and returns its URL.
+// serving key pair, and returns its base URL.
 func (b *bench) startNoopWebhook(ctx context.Context) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -402,11 +448,14 @@ func (b *bench) startNoopWebhook(ctx context.Context) (string, error) {
 	// serves (HTTP/2 off since the rapid-reset CVEs).
 	http1 := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
 	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: b.cp.WebhookCertDir, TLSOpts: []func(*tls.Config){http1}})
-	srv.Register("/noop", &cradmission.Webhook{Handler: noopHandler{calls: &b.noop}})
+	// Under every path the generated configuration names too (noop-routed).
+	for _, path := range []string{"/noop", admission.ValidatePath, admission.RenewalsPath, admission.MutatePath} {
+		srv.Register(path, &cradmission.Webhook{Handler: noopHandler{calls: &b.noop}})
+	}
 	go func() { _ = srv.Start(ctx) }()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if srv.StartedChecker()(&http.Request{}) == nil {
-			return fmt.Sprintf("https://127.0.0.1:%d/noop", port), nil
+			return fmt.Sprintf("https://127.0.0.1:%d", port), nil
 		}
 	}
 	return "", fmt.Errorf("the no-op webhook did not start")
