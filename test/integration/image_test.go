@@ -34,7 +34,9 @@ func TestImageBinaryIsStaticAndServesAsNonRoot(t *testing.T) {
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "leaseguard")
-	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid= -X main.version=image-test", "-o", bin, "./cmd/leaseguard")
+	// With the test's context: a build still running when the test ends (a
+	// timeout) is killed, not left compiling.
+	build := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid= -X main.version=image-test", "-o", bin, "./cmd/leaseguard")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := build.CombinedOutput(); err != nil {
