@@ -6,10 +6,11 @@
 # side by side, each a chain of stages that stops at its first failure while
 # the other tracks go on:
 #
-#   api     integration, e2e, multicluster   real API servers; they mostly wait
+#   api     integration, multicluster        real API servers; they mostly wait
 #                                            (lease expiries, steady states)
-#   checks  fmt-vet, lint, chart-alerts,     compiling and analysing; they
-#           unit, vap, perf-programs, fuzz   mostly compute
+#   checks  fmt-vet, lint, chart-alerts,     compiling and analysing, mostly;
+#           unit, vap, perf-programs, fuzz,  the e2e suite last (it waits: it
+#           e2e                              evens out the tracks)
 #   kind    the kind stage                   a 3-node cluster, Helm, e2e, faults
 #
 # Side by side because on two cores neither the waiting suites nor the
@@ -25,6 +26,7 @@
 # Environment (from the Makefile): GOTEST, the `go test` command with the
 # suite's environment (KUBECONFIG pointing nowhere); MAKE.
 set -uo pipefail
+# shellcheck disable=SC2086 # $GOTEST is a command line, split on purpose
 cd "$(dirname "$0")/.." || exit 1
 : "${GOTEST:?GOTEST unset: run make test}"
 MAKE=${MAKE:-make}
@@ -45,9 +47,7 @@ stage check-tracked-files "${M[@]}" check-tracked-files || { cat bin/test-stages
 stage compile "${M[@]}" compile || { cat bin/test-stages.txt; exit 1; }
 
 track_api() {
-	# shellcheck disable=SC2086 # GOTEST is a command line
 	stage integration $GOTEST ./test/integration/... ./test/certs/... &&
-		stage e2e $GOTEST ./test/e2e/... &&
 		stage multicluster "${M[@]}" test-multicluster
 }
 track_checks() {
@@ -57,7 +57,8 @@ track_checks() {
 		stage unit "${M[@]}" test-unit &&
 		stage vap "${M[@]}" test-vap &&
 		stage perf-programs "${M[@]}" test-perf &&
-		stage fuzz "${M[@]}" fuzz
+		stage fuzz "${M[@]}" fuzz &&
+		stage e2e $GOTEST ./test/e2e/... # a local control plane; here to even out the tracks
 }
 track_kind() { stage kind hack/kind/e2e.sh --or-skip; }
 
