@@ -74,6 +74,8 @@ compile: ## Compile every package the tests, vet and lint build, without running
 	@for m in $(MODULES); do (cd $$m && go list -race -export -deps -test ./... >/dev/null) || exit 1; done
 	@go list -export -deps -test ./... >/dev/null
 	@go list -export -deps -tags dev ./cmd/... >/dev/null
+	@# Helm, which the checks and kind tracks both use.
+	@$(MAKE) --no-print-directory $(HELM)
 	@# The image's binary, as docker-build-offline and test/integration build it.
 	@CGO_ENABLED=0 GOOS=linux go list -trimpath -export -deps ./cmd/leaseguard >/dev/null
 

@@ -62,13 +62,28 @@ track_checks() {
 }
 track_kind() { stage kind hack/kind/e2e.sh --or-skip; }
 
+# Each track runs in a process group of its own (job control on): a
+# script's background jobs otherwise ignore SIGINT, so Ctrl-C would stop
+# this script and leave the tracks running. An interrupt (INT or TERM) is
+# passed on to every track's group as TERM, which every process there
+# heeds (the kind stage then tears its cluster down).
+set -m
 # Progress lines as stages start and end, while the tracks run.
 tail -n +1 -f bin/test-progress.log &
 tail_pid=$!
+track_pids=()
+interrupted() {
+	trap - INT TERM
+	echo "make test: interrupted: stopping the tracks"
+	for pid in "${track_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+	wait "${track_pids[@]}"
+	kill "$tail_pid" 2>/dev/null
+	exit 130
+}
+trap interrupted INT TERM
 # Each track writes its exit status to bin/test-<track>.rc when it ends
 # (polled: bash's `wait -n` cannot name a job that ended before it was
 # called).
-track_pids=()
 for t in api checks kind; do
 	{
 		"track_$t"
