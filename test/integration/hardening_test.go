@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
@@ -78,6 +79,48 @@ func put(t *testing.T, user, pod string, l *coordinationv1.Lease) (code int, mes
 func webhookTimedOut(code int, message string) bool {
 	return code == http.StatusInternalServerError && strings.Contains(message, "failed calling webhook") &&
 		strings.Contains(message, "deadline exceeded")
+}
+
+// withReviewTimeout has the API server wait up to secs for leaseguard's
+// webhooks while the test runs, and restores their timeouts after. A review
+// of many megabytes, encoded by the API server and decoded by leaseguard on
+// a machine busy with other suites (make test runs tracks side by side),
+// can take longer than the shipped 2 s; the tests that send such writes are
+// about them being read and decided, not about their speed.
+func withReviewTimeout(t *testing.T, secs int32) {
+	t.Helper()
+	ctx := context.Background()
+	api := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	const name = "leaseguard-validating-webhook-configuration"
+	set := func(to func(string) int32) (map[string]int32, error) {
+		was := map[string]int32{}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			v, err := api.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for i := range v.Webhooks {
+				w := &v.Webhooks[i]
+				was[w.Name] = ptr.Deref(w.TimeoutSeconds, 10)
+				w.TimeoutSeconds = ptr.To(to(w.Name))
+			}
+			_, err = api.Update(ctx, v, metav1.UpdateOptions{})
+			return err
+		})
+		return was, err
+	}
+	was, err := set(func(string) int32 { return secs })
+	if err != nil {
+		t.Fatalf("webhook timeouts to %ds: %v", secs, err)
+	}
+	t.Cleanup(func() {
+		if _, err := set(func(n string) int32 { return was[n] }); err != nil {
+			t.Errorf("webhook timeouts back to %v: %v", was, err)
+		}
+	})
+	// The API server reads webhook configurations through an informer:
+	// give it a moment to see the change.
+	time.Sleep(2 * time.Second)
 }
 
 func busyRetry(message string) string {
@@ -158,6 +201,7 @@ func TestLargestStorableWriteIsReadAndDecided(t *testing.T) {
 	ctx := context.Background()
 	stored := hardLease(t, "leader-a")
 	before := badRequests(t)
+	withReviewTimeout(t, 15)
 
 	// An operator pads the Lease close to what etcd stores (1.5 MiB):
 	// leaseguard must read a review of about 9 MB to admit it.
@@ -219,6 +263,7 @@ func TestLargestStorableWriteIsReadAndDecided(t *testing.T) {
 func TestWriteStuffedWithItemsIsDecided(t *testing.T) {
 	stored := hardLease(t, "leader-a")
 	before := badRequests(t)
+	withReviewTimeout(t, 15)
 	stuff := func(l *coordinationv1.Lease, n int) {
 		l.Labels = map[string]string{}
 		for i := range n {
