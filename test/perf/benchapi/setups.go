@@ -162,6 +162,23 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 		}
 		b.setups["noop-routed-once"] = b.routedNoopSetup(once)
 		b.setups["noop-routed-once"].name = "noop-routed-once"
+		// The least any such routing can evaluate: the same two webhooks
+		// (selectors, control-plane conditions), split by one comparison
+		// instead of leaseguard's conditions. A renewal keeps its holder and
+		// goes to the fail-open one; a create, to the fail-closed one.
+		split := routed.Validating.DeepCopy()
+		split.Name = "bench-routed-split"
+		for i := range split.Webhooks {
+			mc := split.Webhooks[i].MatchConditions
+			last := &mc[len(mc)-1]
+			last.Name = "split"
+			last.Expression = "request.operation == 'UPDATE' && object.spec.?holderIdentity == oldObject.spec.?holderIdentity"
+			if !strings.HasPrefix(split.Webhooks[i].Name, manifests.RenewalsWebhook) {
+				last.Expression = "!(" + last.Expression + ")"
+			}
+		}
+		b.setups["noop-split"] = b.routedNoopSetup(split)
+		b.setups["noop-split"].name = "noop-split"
 	}
 	return b, nil
 }
