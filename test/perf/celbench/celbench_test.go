@@ -29,7 +29,7 @@ import (
 )
 
 // samplePolicy is config/samples/policy.yaml, compiled.
-func samplePolicy(b *testing.B) *policy.Policy {
+func samplePolicy(b testing.TB) *policy.Policy {
 	data, err := os.ReadFile("../../../config/samples/policy.yaml")
 	if err != nil {
 		b.Fatal(err)
