@@ -55,3 +55,32 @@ func TestSummarizeCountsWhatTheDesignPromisesAgainst(t *testing.T) {
 		t.Fatalf("report:\n%s", report)
 	}
 }
+
+// A non-designated renewal that arrives after a newer one was stored is
+// refused as moving renewTime backwards. That is tolerated only where the
+// API server's calls failed open (the mutating webhook's acknowledgment
+// was skipped); anywhere else it is leaseguard's failure.
+func TestStaleNonDesignatedRenewalsCountOnlyWhereCallsFailedOpen(t *testing.T) {
+	now := time.Now()
+	stale := `admission webhook "renewals.leases.leaseguard.io" denied the request: leaseguard: rule e2e-mcl: x moves renewTime backwards on multiclusterlease ns/kcc-leader (stored renewTime: 2026-12-03T13:22:08.353008Z)`
+	events := []event{
+		{at: now, kind: evNonDesignated, outcome: outDenied, detail: stale},
+		{at: now, kind: evNonDesignated, outcome: outAdmitted},
+		// A designated manager's stale write is never tolerated.
+		{at: now, kind: evGuardedWrite, outcome: outDenied, detail: stale},
+	}
+	r := summarize("partition", events, time.Second)
+	if r.staleRefused != 1 || r.failedGuarded != 1 {
+		t.Fatalf("stale %d, failed %d; want 1 and 1: %+v", r.staleRefused, r.failedGuarded, r)
+	}
+	if got := r.failedGuardedWrites(); got != 2 {
+		t.Errorf("no call failed open: failed guarded writes %d, want 2 (the stale refusal is leaseguard's)", got)
+	}
+	r.failOpen = 3
+	if got := r.failedGuardedWrites(); got != 1 {
+		t.Errorf("calls failed open: failed guarded writes %d, want 1", got)
+	}
+	if n := r.staleNote(); !strings.Contains(n, "1 non-designated renewals refused as stale") {
+		t.Errorf("note %q", n)
+	}
+}

@@ -118,7 +118,7 @@ func TestFaults(t *testing.T) {
 			return err
 		})
 		r.failOpen, r.failClosed = counterDelta(openBefore, openAfter), counterDelta(closedBefore, closedAfter)
-		r.notes = notes
+		r.notes = notes + r.staleNote()
 		results = append(results, r)
 		return r
 	}
@@ -210,16 +210,16 @@ func TestFaults(t *testing.T) {
 			c.scale(t, 2)
 			c.waitDeploymentAvailable(t, 2, nil)
 			return fmt.Sprintf("scaled to 0 for 20 s: %d renewals admitted (%d of them other managers' renewals of the shared MultiClusterLease), %d identity changes refused as webhook unreachable",
-				down.guarded-down.failedGuarded, down.outcomes[evNonDesignated+"/"+outAdmitted], down.outcomes[evIdentityChange+"/"+outWebhookUnreachable])
+				down.guarded-down.failedGuarded-down.staleRefused, down.outcomes[evNonDesignated+"/"+outAdmitted], down.outcomes[evIdentityChange+"/"+outWebhookUnreachable])
 		})
 		// Fail-closed calls are refusals here, by design: identity changes
 		// and renewals by anyone but a rightful renewer (policy.FailClosed).
 		// Every manager of a cluster renews the shared MultiClusterLease
 		// with the same holder, and counts as leader only when its renewal
 		// succeeds, so those renewals all flow while no replica serves.
-		if r.failedGuarded > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDown > 0 {
+		if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDown > 0 {
 			t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions (%d identity changes), %d API server errors; first ones:\n%s",
-				r.name, r.failedGuarded, r.leadershipsLost, r.wrongAdmissions, r.wrongIdentity, r.apiDown, r.examples)
+				r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.wrongIdentity, r.apiDown, r.examples)
 		}
 		if down.probes == 0 || down.guarded == 0 {
 			t.Errorf("the workload sent nothing while leaseguard was down: %+v", down)
@@ -252,8 +252,8 @@ func TestFaults(t *testing.T) {
 		results[len(results)-1] = r
 		// Writes that could not reach the API server are its outage, not
 		// leaseguard's; whatever reached leaseguard must be decided right.
-		if r.failedGuarded > 0 || r.wrongAdmissions > 0 || r.failOpen > 0 {
-			t.Errorf("%s: %d failed guarded writes, %d wrong admissions, %d webhook calls failed open\n%s", r.name, r.failedGuarded, r.wrongAdmissions, r.failOpen, r.examples)
+		if r.failedGuardedWrites() > 0 || r.wrongAdmissions > 0 || r.failOpen > 0 {
+			t.Errorf("%s: %d failed guarded writes, %d wrong admissions, %d webhook calls failed open\n%s", r.name, r.failedGuardedWrites(), r.wrongAdmissions, r.failOpen, r.examples)
 		}
 		if r.leadershipsLost > 0 && away < renewDeadline-retryPeriod {
 			t.Errorf("%d leaderships lost though the API server was away only %s (renew deadline %s)", r.leadershipsLost, away, renewDeadline)
