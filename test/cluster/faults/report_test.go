@@ -40,8 +40,8 @@ type result struct {
 	// failed open (see failedGuardedWrites).
 	staleRefused int
 	outcomes     map[string]int
-	examples             string
-	notes                string
+	examples     string
+	notes        string
 }
 
 func summarize(name string, events []event, d time.Duration) result {
