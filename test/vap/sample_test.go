@@ -124,9 +124,21 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 
 	// kcc-namespace-leases warns: manager a writing b's bound Lease is
 	// admitted with the warning kubectl prints.
+	// Each policy takes effect on its own: the Lease policy is probed
+	// apart, with the same create as a dry run, until it warns (CI once
+	// saw the MultiClusterLease policy in effect and this one not yet).
 	lease, _ := json.Marshal(apiObject(policy.Leases, &policy.Object{Namespace: testfixtures.KCCNamespace, Name: "kcc-leader-b",
 		Spec: policy.Spec{Holder: managerA.PodName + "_1", RenewTime: time.Now(), AcquireTime: time.Now(), LeaseDuration: 15 * time.Second}}, 0))
-	out, err = e.do(ctx, managerA, http.MethodPost, objectPath(policy.Leases, testfixtures.KCCNamespace, "", ""), lease, nil)
+	leases := objectPath(policy.Leases, testfixtures.KCCNamespace, "", "")
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if out, err = e.do(ctx, managerA, http.MethodPost, leases, lease, url.Values{"dryRun": {"All"}}); err != nil || len(out.guardWarnings()) > 0 {
+			break
+		}
+	}
+	if err != nil || len(out.guardWarnings()) == 0 {
+		t.Fatalf("the Lease policy is not in effect after 60s: a dry-run create of another's bound Lease: %v HTTP %d %q %q", err, out.Code, out.Message, out.Warnings)
+	}
+	out, err = e.do(ctx, managerA, http.MethodPost, leases, lease, nil)
 	if err != nil || out.Code != http.StatusCreated || len(out.guardWarnings()) != 1 ||
 		!strings.HasSuffix(out.guardWarnings()[0], "leaseguard: rule kcc-namespace-leases: "+managerA.Username+" may not write lease cnrm-system/kcc-leader-b (bound lease: kcc-leader-a)") {
 		t.Errorf("a manager's create of another's bound Lease: %v HTTP %d %q %q", err, out.Code, out.Message, out.Warnings)
