@@ -119,4 +119,12 @@ echo
 echo "make test: $([ "$status" -eq 0 ] && echo "every stage passed" || echo FAILED) in $(($(date +%s) - started))s" \
 	"(controlplane, check-tracked-files and compile, then the api, checks and kind tracks side by side)"
 cat bin/test-stages.txt
+# Why, in a few lines, after the table: a CI log cut short in the middle
+# still shows which test failed and its message.
+for t in api checks kind; do
+	[ "$(cat "bin/test-$t.rc" 2>/dev/null)" = 0 ] && continue
+	echo
+	echo "------ why track $t failed (failing tests and their messages; the whole output is above) ------"
+	grep -E -A6 -e '^\s*--- FAIL' -e '^\s+[A-Za-z0-9_]+_test\.go:[0-9]+: ' -e 'FAILED \(exit' -e '^(panic|fatal error):' "bin/test-$t.log" | cut -c1-400 | head -n 80
+done
 exit "$status"
