@@ -292,7 +292,7 @@ func TestWatch(t *testing.T) {
 		close(done)
 	}()
 
-	writeFile(t, path, policyWithRule("second"))
+	replaceFile(t, path, policyWithRule("second"))
 	deadline := time.Now().Add(5 * time.Second)
 	for s.Policy().Rules[0].Name != "second" {
 		if time.Now().After(deadline) {
@@ -309,12 +309,26 @@ func TestWatch(t *testing.T) {
 	rec.want(t, true)
 
 	// Stopped: a later change is not picked up.
-	writeFile(t, path, policyWithRule("third"))
+	replaceFile(t, path, policyWithRule("third"))
 	time.Sleep(50 * time.Millisecond)
 	if name := s.Policy().Rules[0].Name; name != "second" {
 		t.Errorf("rule %q after Watch stopped, want second", name)
 	}
 	rec.want(t, true)
+}
+
+// replaceFile swaps the file's content in at once, as the kubelet updates a
+// mounted ConfigMap (a new file, then a rename): a watcher polling while
+// os.WriteFile truncates and writes could read a half-written policy, which
+// Reload rightly counts as a failed reload (seen once, with make test-unit
+// run beside the kind stage).
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	writeFile(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestWatchCancelledBeforeStart(t *testing.T) {
