@@ -77,6 +77,19 @@ type truth struct {
 	mu     sync.Mutex
 	writes map[string][]time.Time // by namespace/name
 	frozen atomic.Bool
+	// One patch at a time per lease: two managers' patches of the shared
+	// MultiClusterLease that meet in the API server conflict there, and it
+	// applies the loser again, calling the webhooks again: two decisions
+	// for one stored write (seen under load), which no projection from
+	// the stored writes can count.
+	sending sync.Map // namespace/name -> *sync.Mutex
+}
+
+// sendAlone holds key's lock while a patch of it is in flight.
+func (tr *truth) sendAlone(key string) (unlock func()) {
+	m, _ := tr.sending.LoadOrStore(key, &sync.Mutex{})
+	m.(*sync.Mutex).Lock()
+	return m.(*sync.Mutex).Unlock
 }
 
 var errFrozen = errors.New("the test stopped writing")
@@ -209,7 +222,9 @@ func topCandidate(ctx context.Context, t *testing.T, ns, name, id string, create
 		}
 		// Not cancelled with ctx: a patch is sent whole or not at all.
 		reqCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		unlock := tr.sendAlone(key)
 		_, err := res.Patch(reqCtx, name, types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{FieldManager: "cnrm-manager-" + id})
+		unlock()
 		cancel()
 		if err != nil {
 			t.Errorf("candidate %s patching %s: %v", id, key, err)
