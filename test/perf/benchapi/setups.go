@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -20,12 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/procstat"
-	"github.com/leaseguard/leaseguard/webhook/admission"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -74,7 +69,9 @@ type bench struct {
 	admin  kubernetes.Interface
 	procs  map[string]int
 	setups map[string]*setup
-	noop   atomic.Int64 // calls to the no-op webhook
+	// noopCalls counts the calls the no-op webhooks have answered.
+	noopCalls     func() int64
+	inProcessNoop atomic.Int64
 }
 
 func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *controlplane.Leaseguard, policyPath string, o options) (*bench, error) {
@@ -91,7 +88,7 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 			return nil, err
 		}
 	}
-	noopBase, err := b.startNoopWebhook(ctx)
+	noopBase, err := b.startNoopProcess(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +141,15 @@ func newBench(ctx context.Context, cp *controlplane.ControlPlane, guard *control
 		"leaseguard-unselected": b.leaseguardSetup(rendered, unselectedNS),
 	}
 	if os.Getenv("BENCH_DIAG") != "" {
+		// The plain no-op served from inside this process, beside the
+		// renewing clients, as the rounds before 2026-12-03 ran it: it shares
+		// their runtime (threads awake, one GC), so it is cheaper than any
+		// deployed webhook.
+		inProcess, err := b.startInProcessNoop(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b.setups["noop-plain-inprocess"] = b.noopSetup("noop-plain-inprocess", inProcess+"/noop", "")
 		bare := rendered.Validating.DeepCopy()
 		bare.Webhooks = bare.Webhooks[:1]
 		bare.Webhooks[0].MatchConditions = nil
@@ -336,12 +342,12 @@ func (b *bench) noopSetup(name, url, ns string) *setup {
 			return api().ValidatingWebhookConfigurations().Delete(ctx, cfg.Name, metav1.DeleteOptions{})
 		},
 		prove: func(ctx context.Context) error {
-			before := b.noop.Load()
+			before := b.noopCalls()
 			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 				if err := b.intruderWrite(ctx, selectedNS); err != nil {
 					return err
 				}
-				if b.noop.Load() > before {
+				if b.noopCalls() > before {
 					return nil
 				}
 			}
@@ -442,38 +448,4 @@ func (b *bench) decisions(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	return controlplane.Counter(fams, "leaseguard_decisions_total", nil), nil
-}
-
-// noopHandler allows everything without reading the objects.
-type noopHandler struct{ calls *atomic.Int64 }
-
-func (h noopHandler) Handle(context.Context, cradmission.Request) cradmission.Response {
-	h.calls.Add(1)
-	return cradmission.Allowed("")
-}
-
-// startNoopWebhook serves the no-op webhook with the control plane's
-// serving key pair, and returns its base URL.
-func (b *bench) startNoopWebhook(ctx context.Context) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	// HTTP/1.1, as kubebuilder scaffolds a webhook server and as leaseguard
-	// serves (HTTP/2 off since the rapid-reset CVEs).
-	http1 := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
-	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: b.cp.WebhookCertDir, TLSOpts: []func(*tls.Config){http1}})
-	// Under every path the generated configuration names too (noop-routed).
-	for _, path := range []string{"/noop", admission.ValidatePath, admission.RenewalsPath, admission.MutatePath} {
-		srv.Register(path, &cradmission.Webhook{Handler: noopHandler{calls: &b.noop}})
-	}
-	go func() { _ = srv.Start(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if srv.StartedChecker()(&http.Request{}) == nil {
-			return fmt.Sprintf("https://127.0.0.1:%d", port), nil
-		}
-	}
-	return "", fmt.Errorf("the no-op webhook did not start")
 }
