@@ -10,7 +10,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
+# make docker-build passes v$(cat VERSION); without it the binary reports
+# "devel" (no VCS stamps here).
+ARG VERSION=
 # Reproducible: no cgo, no paths or VCS stamps in the binary.
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false \
     -ldflags "-s -w -buildid= -X main.version=${VERSION}" \

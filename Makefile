@@ -8,7 +8,10 @@ CONTROLPLANE_DIR ?= $(CURDIR)/bin/controlplane/$(K8S_VERSION)
 # A prebuilt set (envtest's layout) can be used instead: KUBEBUILDER_ASSETS=/path make test
 export KUBEBUILDER_ASSETS ?= $(CONTROLPLANE_DIR)
 
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release version: VERSION holds it (SemVer, no v), the one place it is
+# written; the binaries print v$(VERSION), the chart's version and
+# appVersion are it (test/chart checks), and the image is tagged with it.
+VERSION ?= v$(shell cat VERSION)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 20s
 
@@ -153,7 +156,8 @@ test-vap: controlplane ## Verdict parity of the webhook and the generated polici
 
 ##@ Deployment
 
-IMG ?= leaseguard:latest
+# The chart's default image (its appVersion) is this tag too.
+IMG ?= leaseguard:$(VERSION)
 # kubectl for deploy/undeploy: the one on PATH, else the pinned build.
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(CONTROLPLANE_DIR)/kubectl)
 # The kustomization `make deploy` installs; config/e2e for the cert-manager overlay of the kind stage.
@@ -185,11 +189,19 @@ deploy: build-installer ## Install leaseguard into the cluster of the current ku
 	$(KUBECTL) apply --server-side -f dist/install.yaml
 	$(KUBECTL) -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
 
+# undeploy deletes what $(OVERLAY) installs except any CustomResourceDefinition:
+# deleting a CRD deletes every object of its kind (an overlay with
+# config/components/multiclusterlease-crd, such as config/e2e, would take
+# every MultiClusterLease of the cluster with it). The CRDs stay.
 .PHONY: undeploy
-undeploy: build-installer ## Remove leaseguard (webhook configurations first, so lease writes never wait on it).
+undeploy: build-installer ## Remove leaseguard (webhook configurations first, so lease writes never wait on it); never a CRD, so every lease object stays.
 	-$(KUBECTL) delete validatingwebhookconfiguration leaseguard-validating-webhook-configuration --ignore-not-found
 	-$(KUBECTL) delete mutatingwebhookconfiguration leaseguard-mutating-webhook-configuration --ignore-not-found
-	$(KUBECTL) delete --ignore-not-found -f dist/install.yaml
+	@awk '/^---$$/ { if (!crd) printf "%s---\n", doc; doc = ""; crd = 0; next } \
+		/^kind: CustomResourceDefinition$$/ { crd = 1 } { doc = doc $$0 "\n" } \
+		END { if (!crd) printf "%s", doc }' dist/install.yaml > dist/uninstall.yaml
+	@if grep -q '^kind: CustomResourceDefinition$$' dist/install.yaml; then echo "undeploy: keeping the CustomResourceDefinitions of $(OVERLAY) (and every object of their kinds)"; fi
+	$(KUBECTL) delete --ignore-not-found -f dist/uninstall.yaml
 
 ##@ End-to-end
 
@@ -308,7 +320,7 @@ CHART := charts/leaseguard
 CHART_NAMESPACE_PLACEHOLDER := zz-leaseguard-release-namespace
 
 .PHONY: chart
-chart: build ## Regenerate charts/leaseguard's generated files: `leaseguard manifests` of the default policy per coalescing mode, and the copies of the policy, alerts and CRD.
+chart: build ## Regenerate charts/leaseguard's generated files: `leaseguard manifests` of the default policy per coalescing mode, and the copies of the policy, alerts and dashboard (no CRD: the chart installs none).
 	@for c in policy webhook off; do \
 		echo "leaseguard manifests --coalesce $$c -> $(CHART)/files/webhooks-coalesce-$$c.yaml"; \
 		bin/leaseguard manifests --config config/manager/policy.yaml --namespace $(CHART_NAMESPACE_PLACEHOLDER) \
@@ -317,7 +329,6 @@ chart: build ## Regenerate charts/leaseguard's generated files: `leaseguard mani
 	cp config/manager/policy.yaml $(CHART)/files/policy.yaml
 	cp config/prometheus/alerts.yaml $(CHART)/files/alerts.yaml
 	cp config/grafana/leaseguard.json $(CHART)/files/dashboard.json
-	cp config/crd/bases/*.yaml $(CHART)/crds/
 
 # Every combination of the chart's modes that `make test-chart` renders.
 CHART_MODES := certManager selfManaged

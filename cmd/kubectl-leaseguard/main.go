@@ -22,8 +22,9 @@ import (
 	"github.com/leaseguard/leaseguard/internal/top/topcmd"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is stamped at build time with -ldflags "-X main.version=..."
+// (make: v$(cat VERSION)); unstamped, cli.Version reads the build info.
+var version string
 
 func main() { cli.Main(newRootCommand()) }
 
@@ -45,7 +46,8 @@ watch); 2 for bad usage or unreadable input.`,
 			cobra.CommandDisplayNameAnnotation: "kubectl leaseguard",
 		},
 	}
-	root.AddCommand(topcmd.New(version), cli.NewCheckCommand(), cli.NewVAPCommand(), cli.NewManifestsCommand(), cli.NewVersionCommand(version))
+	root.AddCommand(topcmd.New(cli.Version(version)), cli.NewCheckCommand(), cli.NewVAPCommand(), cli.NewManifestsCommand())
+	cli.AddVersion(root, version)
 	cli.Prepare(root)
 	return root
 }

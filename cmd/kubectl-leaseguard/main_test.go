@@ -49,3 +49,19 @@ func TestHelpDocumentsExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// `kubectl leaseguard version` and `kubectl leaseguard --version` print the
+// version alone: the stamped one, else the one the build info gives.
+func TestVersionCommand(t *testing.T) {
+	stamped := version
+	t.Cleanup(func() { version = stamped })
+	for _, tc := range []struct{ stamped, want string }{{"v0.4.0", "v0.4.0"}, {"", cli.Version("")}} {
+		version = tc.stamped
+		for _, args := range [][]string{{"version"}, {"--version"}} {
+			stdout, stderr, code := run(t, args...)
+			if code != 0 || stdout != tc.want+"\n" || stderr != "" {
+				t.Errorf("stamped %q, %v: exit %d, printed %q (stderr %q), want %q", tc.stamped, args, code, stdout, stderr, tc.want+"\n")
+			}
+		}
+	}
+}

@@ -35,8 +35,9 @@ import (
 	"github.com/leaseguard/leaseguard/internal/cli"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is stamped at build time with -ldflags "-X main.version=..."
+// (make: v$(cat VERSION)); unstamped, cli.Version reads the build info.
+var version string
 
 func main() { cli.Main(newRootCommand()) }
 
@@ -54,8 +55,9 @@ Exit status: 0 when done; 1 when refused (check: the write is denied;
 manifests: --strict found limits) or when serve fails; 2 for bad usage or
 unreadable input.`,
 	}
-	root.AddCommand(newServeCommand(), newDevCommand(), cli.NewCheckCommand(), cli.NewManifestsCommand(), cli.NewVersionCommand(version),
+	root.AddCommand(newServeCommand(), newDevCommand(), cli.NewCheckCommand(), cli.NewManifestsCommand(),
 		movedToPlugin("top", "live lease traffic"), movedToPlugin("vap", "ValidatingAdmissionPolicies"))
+	cli.AddVersion(root, version)
 	cli.Prepare(root)
 	return root
 }

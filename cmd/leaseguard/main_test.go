@@ -49,9 +49,26 @@ func TestToolsAreInThePlugin(t *testing.T) {
 	}
 }
 
+// `leaseguard version` and `leaseguard --version` print the version alone:
+// the stamped one, else the one the build info gives.
 func TestVersionCommand(t *testing.T) {
-	if stdout, _, code := run(t, "version"); code != 0 || stdout != version+"\n" {
-		t.Errorf("version: exit %d, printed %q, want %q", code, stdout, version+"\n")
+	stamped := version
+	t.Cleanup(func() { version = stamped })
+	for _, tc := range []struct{ stamped, want string }{{"v0.4.0", "v0.4.0"}, {"", cli.Version("")}} {
+		version = tc.stamped
+		for _, args := range [][]string{{"version"}, {"--version"}} {
+			stdout, stderr, code := run(t, args...)
+			if code != 0 || stdout != tc.want+"\n" || stderr != "" {
+				t.Errorf("stamped %q, %v: exit %d, printed %q (stderr %q), want %q", tc.stamped, args, code, stdout, stderr, tc.want+"\n")
+			}
+		}
+	}
+	if want := cli.Version(""); !strings.HasPrefix(want, "devel") && !strings.HasPrefix(want, "v") {
+		t.Errorf("unstamped version %q: neither devel... nor a module version", want)
+	}
+	// -v is not the version (nor a log level: that is serve's --zap-log-level).
+	if _, _, code := run(t, "-v"); code != 2 {
+		t.Errorf("-v: exit %d, want 2", code)
 	}
 }
 

@@ -80,6 +80,10 @@ func (o *checkOptions) run(out io.Writer) error {
 	if err != nil {
 		return bad(err)
 	}
+	// What the API server can route of it, as serve and manifests render it.
+	if err := checkRoutable(p, o.namespace, o.configPath, o.errOut); err != nil {
+		return bad(err)
+	}
 	req, err := o.request()
 	if err != nil {
 		return bad(err)

@@ -286,8 +286,17 @@ func TestCheckVerdicts(t *testing.T) {
 			out:  "ALLOW: rule app-leases\n",
 		},
 		{
-			name: "manager deletes",
+			// Deleting a live lease releases it: its holder's (or an
+			// operator's) to do (I4).
+			name: "I4: another manager deletes the live lease",
 			args: []string{"--user", "bob", "--old", paths["app-old"], "--operation", "DELETE"},
+			out: "DENY (I4, HTTP 403): leaseguard: rule app-leases: bob may not delete the live lease of alice on lease apps/app" +
+				" (only the holder or an operator may; held until 2026-01-02T15:04:20Z, expires in 15s)\n",
+			code: 1,
+		},
+		{
+			name: "the holder deletes",
+			args: []string{"--user", "alice", "--old", paths["app-old"], "--operation", "DELETE"},
 			out:  "ALLOW: rule app-leases\n",
 		},
 		{

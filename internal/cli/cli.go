@@ -140,16 +140,6 @@ func Prepare(root *cobra.Command) {
 
 const preparedAnnotation = "leaseguard.io/cli-prepared"
 
-// NewVersionCommand prints version.
-func NewVersionCommand(version string) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },
-	}
-}
-
 // writeOutput writes a rendering to the file named by -o, or to standard
 // output.
 func writeOutput(cmd *cobra.Command, outPath string, data []byte) error {

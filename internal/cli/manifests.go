@@ -71,7 +71,7 @@ unreadable or invalid policy, --ca-bundle-file).`,
 		}
 		r, err := manifests.Render(p, o)
 		if err != nil {
-			return Usage(err)
+			return Usage(fmt.Errorf("policy file %s: %w", configPath, err))
 		}
 		var data []byte
 		if kustomizePatch {

@@ -24,6 +24,9 @@ func runVAP(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errOut.String(), code
 }
 
+// boundOnly is a policy the generated policies enforce whole: a bind rule
+// without holderBinding (with one, a DELETE of an expired lease by anyone
+// but its holder is refused for want of a clock: a limit).
 const boundOnly = `apiVersion: leaseguard.io/v1alpha1
 kind: LeasePolicy
 rules:
@@ -33,7 +36,6 @@ rules:
   bind:
     manager: "system:serviceaccount:apps:elector-{id}"
     lease: "leader-{id}"
-  holderBinding: pod
 `
 
 // What the policies cannot enforce is named on standard error and in the

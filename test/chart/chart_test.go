@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -70,7 +72,7 @@ func sameFile(t *testing.T, got, want string) {
 // The chart's generated files are what the generator renders now, like
 // config/'s TestWebhookManifestsAreGeneratedFromThePolicy: the webhook
 // configurations of the default policy for every coalescing mode, and the
-// copies of the default policy, the alerts and the CRD.
+// copies of the default policy, the alerts and the dashboard.
 func TestChartFilesAreGenerated(t *testing.T) {
 	for _, c := range coalescingModes {
 		file := fmt.Sprintf("charts/leaseguard/files/webhooks-coalesce-%s.yaml", c)
@@ -85,20 +87,6 @@ func TestChartFilesAreGenerated(t *testing.T) {
 	sameFile(t, "charts/leaseguard/files/policy.yaml", defaultPolicy)
 	sameFile(t, "charts/leaseguard/files/alerts.yaml", "config/prometheus/alerts.yaml")
 	sameFile(t, "charts/leaseguard/files/dashboard.json", "config/grafana/leaseguard.json")
-	crds, err := filepath.Glob(filepath.Join(root, "config/crd/bases/*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	copies, err := filepath.Glob(filepath.Join(chartDir, "crds/*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(crds) == 0 || len(copies) != len(crds) {
-		t.Errorf("charts/leaseguard/crds has %d files, config/crd/bases %d: run `make chart`", len(copies), len(crds))
-	}
-	for _, crd := range crds {
-		sameFile(t, "charts/leaseguard/crds/"+filepath.Base(crd), "config/crd/bases/"+filepath.Base(crd))
-	}
 	// One placeholder everywhere: the chart's, the Makefile's, this test's.
 	for _, f := range []string{"charts/leaseguard/templates/_helpers.tpl", "Makefile"} {
 		data, err := os.ReadFile(filepath.Join(root, f))
@@ -215,7 +203,7 @@ func compare(t *testing.T, what string, got, want map[string]object) {
 // every object of `kubectl kustomize` equal, field by field (Deployment
 // args, ports, probes, resources, securityContext, volumes; Services; the
 // webhook configurations' rules, matchConditions, failurePolicy, timeouts;
-// RBAC; PDB; ConfigMap; CRD), after the normalisations below, which are the
+// RBAC; PDB; ConfigMap), after the normalisations below, which are the
 // only intended differences.
 // apiServerCIDR is where the tests' API server calls webhooks from, in
 // the NetworkPolicy of the chart (apiServerPeers) and of config/ (a patch).
@@ -328,6 +316,12 @@ patches:
 			var want []object
 			for _, o := range kust {
 				switch o["kind"] {
+				case "Deployment":
+					// Intended: config/ names the image leaseguard:latest,
+					// which `make deploy` (build-installer) replaces with
+					// $(IMG), by default leaseguard:v$(VERSION): the
+					// chart's default, its appVersion.
+					setImage(t, o, "leaseguard:latest", "leaseguard:"+appVersion(t))
 				case "Namespace":
 					// Intended: the chart installs into the release
 					// namespace and creates none (helm --create-namespace,
@@ -342,11 +336,6 @@ patches:
 					if meta, ok := o["metadata"].(map[string]any); ok {
 						delete(meta, "namespace")
 					}
-				case "CustomResourceDefinition":
-					// Intended: crds/ is config/crd/bases verbatim (Helm
-					// installs it untemplated); kustomize's labels
-					// transformer adds part-of to it.
-					dropLabel(o, "app.kubernetes.io/part-of")
 				}
 				want = append(want, o)
 			}
@@ -491,5 +480,38 @@ func TestChartCustomPolicy(t *testing.T) {
 		if _, err := runErr(helm, append(base, bad...)...); err == nil {
 			t.Errorf("helm template %s: no error", strings.Join(bad, " "))
 		}
+	}
+}
+
+// appVersion is the chart's appVersion.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct{ AppVersion string }
+	if err := yaml.Unmarshal(data, &chart); err != nil || chart.AppVersion == "" {
+		t.Fatalf("Chart.yaml: appVersion %q: %v", chart.AppVersion, err)
+	}
+	return chart.AppVersion
+}
+
+// setImage replaces image from by to in a Deployment's containers, and
+// fails the test if none had it.
+func setImage(t *testing.T, o object, from, to string) {
+	t.Helper()
+	spec, _ := o["spec"].(map[string]any)
+	tmpl, _ := spec["template"].(map[string]any)
+	pod, _ := tmpl["spec"].(map[string]any)
+	containers, _ := pod["containers"].([]any)
+	found := false
+	for _, c := range containers {
+		if m, _ := c.(map[string]any); m["image"] == from {
+			m["image"], found = to, true
+		}
+	}
+	if !found {
+		t.Errorf("%s: no container with image %s", key(o), from)
 	}
 }

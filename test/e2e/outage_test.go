@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
@@ -141,6 +142,60 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(after.GetResourceVersion()).To(Equal(before.GetResourceVersion()), "nothing but renewals was stored")
 		})
 	}
+
+	// Fourth and fifth attack rounds: only a renewal that is harmless
+	// unchecked rides the fail-open webhook. Each write below was stored
+	// while leaseguard was down before; now each goes to the fail-closed
+	// webhook and is refused, while a plain renewal still flows.
+	It("lets only harmless renewals through while leaseguard is down", func() {
+		shared, other := mcls(manager(outageTeam)), mcls(manager("team-b"))
+		stored, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))), metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		stop := stopLeaseguard("down")
+		defer stop()
+		failed := "failed calling webhook \"validate.leases.leaseguard.io\""
+		refused := func(what, patch string) {
+			GinkgoHelper()
+			_, err := other.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "e2e-attacker"})
+			Expect(err).To(MatchError(ContainSubstring(failed)), what)
+			after, err := shared.Get(ctx, outageMCL, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(after.GetResourceVersion()).To(Equal(stored.GetResourceVersion()), "%s: stored while leaseguard was down", what)
+		}
+		// The stored entries, the designated manager's dated 2100.
+		planted := func() []any {
+			var out []any
+			for _, m := range stored.GetManagedFields() {
+				e, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m)
+				Expect(err).NotTo(HaveOccurred())
+				e["time"] = "2100-01-01T00:00:00Z"
+				out = append(out, e)
+			}
+			return out
+		}
+		patch := func(v map[string]any) string {
+			GinkgoHelper()
+			data, err := json.Marshal(v)
+			Expect(err).NotTo(HaveOccurred())
+			return string(data)
+		}
+
+		By("round 4.3: another manager's renewal back to 2000 (the lease would read as long expired) is refused")
+		refused("renewTime moved back", `{"spec":{"renewTime":"2000-01-01T00:00:00.000000Z"}}`)
+		refused("renewTime cleared", `{"spec":{"renewTime":null}}`)
+		By("round 5.4: a renewTime typed clients cannot read is refused")
+		refused("renewTime with no fraction", fmt.Sprintf(`{"spec":{"renewTime":%q}}`, time.Now().UTC().Format(time.RFC3339)))
+		By("round 4.1 and 4.2: a renewal or a metadata write that dates another managedFields entry 2100 is refused")
+		refused("a renewal planting 2100", patch(map[string]any{"metadata": map[string]any{"managedFields": planted()}, "spec": map[string]any{"renewTime": micro(time.Now())}}))
+		refused("generateName and a planted 2100", patch(map[string]any{"metadata": map[string]any{"generateName": "x-", "managedFields": planted()}}))
+		By("round 4.2: a renewal far ahead is refused")
+		refused("renewTime in 2099", `{"spec":{"renewTime":"2099-01-01T00:00:00.000000Z"}}`)
+
+		By("another manager's plain renewal still flows, stored as nothing acknowledges it")
+		renewed, err := other.Patch(ctx, outageMCL, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))), metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred(), "a plain renewal of the shared lease must pass while leaseguard is down")
+		Expect(renewed.GetResourceVersion()).NotTo(Equal(stored.GetResourceVersion()))
+	})
 
 	It("enforces again, with its own messages, once it is back", func() {
 		current, err := leasesAs(outageTeam).CoordinationV1().Leases(e2eNS).Get(ctx, held.Name, metav1.GetOptions{})

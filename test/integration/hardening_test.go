@@ -449,7 +449,11 @@ func TestMetadataThatDecidesDeletionIsGuarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = hardMCLs(t, "admin", "system:masters").Delete(ctx, "owned", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		operator := hardMCLs(t, "admin", "system:masters")
+		_, _ = operator.Patch(ctx, "owned", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		_ = operator.Delete(ctx, "owned", metav1.DeleteOptions{})
+	})
 	want := `admission webhook "validate.leases.leaseguard.io" denied the request: leaseguard: rule hard-mcl: ` + hardManagerB +
 		" may not change finalizers or ownerReferences of multiclusterlease it-hard/owned (designated: ...manager-a, stale in "
 	for name, patch := range map[string]string{
@@ -467,9 +471,13 @@ func TestMetadataThatDecidesDeletionIsGuarded(t *testing.T) {
 	if _, err := a.Patch(ctx, "owned", types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/mine"]}}`), metav1.PatchOptions{}); err != nil {
 		t.Errorf("a finalizer by the designated manager: %v", err)
 	}
+	// The MultiClusterLease controller adds and removes its own finalizer
+	// (and nothing else: TestTheStatusWriterChangesOnlyItsOwnFinalizer).
 	ctrl := hardMCLs(t, mclCtrl)
-	if _, err := ctrl.Patch(ctx, "owned", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
-		t.Errorf("the MultiClusterLease controller removing finalizers: %v", err)
+	for _, finalizers := range []string{`["example.com/mine","` + mcl.Finalizer + `"]`, `["example.com/mine"]`} {
+		if _, err := ctrl.Patch(ctx, "owned", types.MergePatchType, []byte(`{"metadata":{"finalizers":`+finalizers+`}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("the MultiClusterLease controller's finalizers to %s: %v", finalizers, err)
+		}
 	}
 	after, err := a.Get(ctx, "owned", metav1.GetOptions{})
 	if err != nil {

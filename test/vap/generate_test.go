@@ -153,7 +153,10 @@ func mutate(nw, old *policy.Object, req *policy.Request, pick func(int) int, cha
 		}
 	case 7: // finalizers or owner references
 		if chance(0.5) {
-			nw.Finalizers = []string{"", `["keep"]`, `["block"]`}[pick(3)]
+			// The MultiClusterLease controller's own, alone and beside
+			// another: the one finalizer a status writer may change.
+			own := `"` + policy.ControllerFinalizer + `"`
+			nw.Finalizers = []string{"", `["keep"]`, `["block"]`, `[` + own + `]`, `["keep",` + own + `]`}[pick(5)]
 		} else {
 			nw.OwnerReferences = []string{"", `[{"name":"other"}]`}[pick(2)]
 		}

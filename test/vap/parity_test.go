@@ -239,6 +239,10 @@ func replayed(req *policy.Request, shift time.Duration, created, oldWrite, rewin
 	}
 	if r.New != nil {
 		r.New.CreationTimestamp = created
+		if r.Old != nil && r.Subresource == "" && labelled(req) {
+			// The replayed UPDATE changes a label (written).
+			r.New.Labels = r.Old.Labels + `{"` + parityLabel + `":"…"}`
+		}
 		switch {
 		case r.Old == nil:
 			r.New.CreationTimestamp = now.Truncate(time.Second)
@@ -299,7 +303,7 @@ func classify(req *policy.Request, d *policy.Decision, fresh *policy.Request) (s
 		// cannot tell on a DELETE.
 		fresh := *fresh
 		if m := policy.Decide(pol, &fresh); m.Verdict != policy.Allow {
-			return classUnsupported, "a DELETE admitted because the designation is stale: no server clock on DELETE"
+			return classUnsupported, "a DELETE admitted because the designation is stale or the lease expired: no server clock on DELETE"
 		}
 	}
 	return classSupported, ""

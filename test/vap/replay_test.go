@@ -310,8 +310,15 @@ func apiObject(res policy.Resource, o *policy.Object, shift time.Duration) map[s
 		}
 	}
 	meta := map[string]any{"name": o.Name, "namespace": o.Namespace}
+	if l := textMap(o.Labels); len(l) > 0 {
+		meta["labels"] = l
+	}
+	annotations := textMap(o.Annotations)
 	if o.HasDesignation {
-		meta["annotations"] = map[string]any{policy.DesignationAnnotation: o.Designated}
+		annotations[policy.DesignationAnnotation] = o.Designated
+	}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
 	}
 	if f := finalizers(o.Finalizers); len(f) > 0 {
 		meta["finalizers"] = f
@@ -320,6 +327,35 @@ func apiObject(res policy.Resource, o *policy.Object, shift time.Duration) map[s
 		meta["ownerReferences"] = r
 	}
 	return map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta, "spec": spec}
+}
+
+// textMap turns the core's JSON text of labels or annotations into the map
+// (empty for none).
+func textMap(raw string) map[string]any {
+	m := map[string]any{}
+	if raw != "" {
+		_ = json.Unmarshal([]byte(raw), &m)
+	}
+	return m
+}
+
+// rewritten is the stored map with what the case's old text holds taken
+// out and what its new text holds put in: the labels or annotations a
+// case's write changes.
+func rewritten(stored any, oldText, newText string) map[string]any {
+	out := map[string]any{}
+	if m, ok := stored.(map[string]any); ok {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	for k := range textMap(oldText) {
+		delete(out, k)
+	}
+	for k, v := range textMap(newText) {
+		out[k] = v
+	}
+	return out
 }
 
 // finalizers turns the core's JSON text of finalizers into names the API
@@ -386,7 +422,12 @@ func (e *env) store(ctx context.Context, res policy.Resource, o *policy.Object, 
 		// managedFields times: another manager labels the object in the
 		// same write.
 		meta := obj["metadata"].(map[string]any)
-		meta["labels"] = map[string]any{"parity.leaseguard.io/stored": "true"}
+		labels, _ := meta["labels"].(map[string]any)
+		if labels == nil {
+			labels = map[string]any{}
+		}
+		labels["parity.leaseguard.io/stored"] = "true"
+		meta["labels"] = labels
 		body, _ = json.Marshal(obj)
 		out, err = e.do(ctx, fixture, http.MethodPut, objectPath(res, o.Namespace, o.Name, ""), body, url.Values{"fieldManager": {fixtureManager}})
 		if err != nil {
@@ -417,20 +458,20 @@ func (e *env) store(ctx context.Context, res policy.Resource, o *policy.Object, 
 }
 
 // written builds the body of an UPDATE: the stored object with the case's
-// new fields and a label that changes on every write (so that no write is
-// one that changes nothing). rewind, when set, is written as the time of
-// the managedFields entry owning spec.renewTime; otherwise managedFields
-// is left to the API server.
-func written(res policy.Resource, st *stored, o *policy.Object, shift time.Duration, n int, rewind time.Time) map[string]any {
+// new fields and, unless the write changes the finalizers, a label that
+// changes on every write (so that no write is one that changes nothing; a
+// status writer's finalizer write must change nothing else to be
+// admitted). rewind, when set, is written as the time of the managedFields
+// entry owning spec.renewTime; otherwise managedFields is left to the API
+// server.
+func written(req *policy.Request, st *stored, shift time.Duration, n int, rewind time.Time) map[string]any {
+	res, o := req.Resource, req.New
 	w := deepCopy(st.obj)
 	fresh := apiObject(res, o, shift)
 	w["spec"] = fresh["spec"]
 	meta := w["metadata"].(map[string]any)
 	freshMeta := fresh["metadata"].(map[string]any)
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-	}
+	annotations := rewritten(meta["annotations"], req.Old.Annotations, o.Annotations)
 	delete(annotations, policy.DesignationAnnotation)
 	if a, ok := freshMeta["annotations"].(map[string]any); ok {
 		annotations[policy.DesignationAnnotation] = a[policy.DesignationAnnotation]
@@ -440,12 +481,15 @@ func written(res policy.Resource, st *stored, o *policy.Object, shift time.Durat
 	} else {
 		delete(meta, "annotations")
 	}
-	labels, _ := meta["labels"].(map[string]any)
-	if labels == nil {
-		labels = map[string]any{}
+	labels := rewritten(meta["labels"], req.Old.Labels, o.Labels)
+	if labelled(req) {
+		labels[parityLabel] = strconv.Itoa(n)
 	}
-	labels[parityLabel] = strconv.Itoa(n)
-	meta["labels"] = labels
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	} else {
+		delete(meta, "labels")
+	}
 	for _, k := range []string{"finalizers", "ownerReferences"} {
 		if v, ok := freshMeta[k]; ok {
 			meta[k] = v
@@ -465,6 +509,13 @@ func written(res policy.Resource, st *stored, o *policy.Object, shift time.Durat
 		}
 	}
 	return w
+}
+
+// labelled reports whether the replay of an UPDATE changes a label
+// (written): every one but those that change the finalizers, which change
+// something already.
+func labelled(req *policy.Request) bool {
+	return req.Old == nil || req.New == nil || req.Old.Finalizers == req.New.Finalizers
 }
 
 // send makes the case's write as its caller.
@@ -496,7 +547,7 @@ func (e *env) send(ctx context.Context, req *policy.Request, st *stored, shift t
 		data, _ := json.Marshal(w)
 		return e.do(ctx, req.Caller, http.MethodPut, objectPath(req.Resource, obj.Namespace, obj.Name, "status"), data, q)
 	}
-	data, _ := json.Marshal(written(req.Resource, st, req.New, shift, n, rewind))
+	data, _ := json.Marshal(written(req, st, shift, n, rewind))
 	return e.do(ctx, req.Caller, http.MethodPut, objectPath(req.Resource, obj.Namespace, obj.Name, ""), data, q)
 }
 

@@ -161,7 +161,7 @@ func TestUnreadableStoredFieldsAreDecidedWithoutThem(t *testing.T) {
 	// Leaving the unreadable value as it is: decided (here, a status
 	// writer's finalizer write is admitted).
 	_, resp = post(t, h, review{kind: "MultiClusterLease", operation: "UPDATE", user: "system:serviceaccount:multiclusterlease-system:default",
-		oldObject: bad, object: strings.Replace(bad, `"annotations":{`, `"labels":{"a":"b"},"annotations":{`, 1)}.json())
+		oldObject: bad, object: strings.Replace(bad, `"annotations":{`, `"finalizers":["multiclusterlease.core.cnrm.cloud.google.com/finalizer"],"annotations":{`, 1)}.json())
 	if !resp.Allowed {
 		t.Errorf("a write leaving the unreadable value unchanged was refused: %+v", resp.Result)
 	}

@@ -108,8 +108,11 @@ func AnyGlob(x string, gs []string) string {
 
 // ObjectName is the name of the object a request writes: the API server
 // generates it for a CREATE with generateName before validation, while
-// request.name keeps the name of the request (empty then).
-const ObjectName = "(request.operation != 'DELETE' && has(object.metadata.name) ? object.metadata.name : request.?name.orValue(''))"
+// request.name keeps the name of the request (empty then); a DELETE names
+// the stored object, which a deletecollection's item reviews carry in
+// oldObject while their request.name is empty.
+const ObjectName = "(request.operation == 'DELETE' ? (oldObject != null && has(oldObject.metadata.name) ? oldObject.metadata.name : request.?name.orValue('')) : " +
+	"(has(object.metadata.name) ? object.metadata.name : request.?name.orValue('')))"
 
 // Selects renders "the rule selects the request's object".
 func Selects(r *policy.RuleView) string {

@@ -16,10 +16,22 @@
 // configuration's annotations (manifests.RenderedWith). Everything derived
 // from the policy (rules, namespaceSelector, matchConditions, which
 // webhooks exist, their failure policies) is the generator's.
+//
+// Whose rendering a configuration is must not rest on a marker anyone who
+// can edit it can drop or change: the validating configuration carries,
+// beside the policy's hash, a seal over that hash and the content the
+// policy decides (RenderingAnnotation). Every replica recomputes it, so an
+// edit is drift whichever policy a replica holds, and an intact seal is
+// some replica's rendering. An operator who must keep an edit (an
+// emergency) says so with BypassAnnotation, which is honoured and reported,
+// never silently accepted.
 package configsync
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -42,6 +54,30 @@ import (
 // was last rendered from by leaseguard.
 const PolicyAnnotation = "leaseguard.io/policy-sha256"
 
+// RenderingAnnotation seals the validating configuration as leaseguard
+// wrote it: the SHA-256 of its PolicyAnnotation, the install's choices
+// (manifests.RenderedWith) and its webhooks as stored, clientConfig and
+// timeoutSeconds left out (the install's, and the CA injector rewrites
+// caBundle). A configuration whose seal does not match was edited by
+// someone else, whatever its PolicyAnnotation says. It is a checksum, not
+// a signature: it tells edits apart from renderings, not an adversary who
+// recomputes it (docs/security.md).
+const RenderingAnnotation = "leaseguard.io/rendering-sha256"
+
+// BypassAnnotation on the validating configuration stops every replica
+// from writing leaseguard's admission configuration, so that an operator's
+// emergency edit stays; its value says why. It is reported while it is
+// there (leaseguard_admission_configuration_bypassed, the alert
+// LeaseguardAdmissionConfigurationBypassed, kubectl leaseguard top);
+// removing it restores the rendering at the next resync.
+const BypassAnnotation = "leaseguard.io/bypass"
+
+// DefaultStaleAfter is how long a replica accepts a configuration sealed
+// as the rendering of another policy before it reports it out of sync: a
+// ConfigMap edit reaches every replica within about a minute (the
+// kubelet's sync) plus the reload interval, and each then writes its own.
+const DefaultStaleAfter = 3 * time.Minute
+
 // validatingSuffix is what names the validating configuration after the
 // prefix (manifests.Options.Prefix).
 const validatingSuffix = "-validating-webhook-configuration"
@@ -52,9 +88,12 @@ type Policies interface {
 	Changed() <-chan struct{}
 }
 
-// Recorder is told the outcome of every sync.
+// Recorder is told the outcome of every sync: whether the configuration is
+// a rendering leaseguard stands by, whether an operator bypassed it, how
+// many objects were written and how many of those writes undid someone
+// else's edit.
 type Recorder interface {
-	AdmissionConfigurationSync(inSync bool, updated int)
+	AdmissionConfigurationSync(inSync, bypassed bool, updated, repaired int)
 }
 
 // Syncer keeps the configuration named by Prefix equal to the rendering of
@@ -72,6 +111,34 @@ type Syncer struct {
 	// in force is checked for drift (someone edited it); one minute when
 	// zero.
 	Resync time.Duration
+	// StaleAfter is how long a configuration sealed as another policy's
+	// rendering is left alone before it is reported out of sync
+	// (DefaultStaleAfter when zero; at least two resyncs).
+	StaleAfter time.Duration
+
+	// now is the clock (time.Now when nil), for tests.
+	now func() time.Time
+	// What earlier syncs saw, kept by Run's goroutine alone: since when
+	// the configuration has been edited under another policy's name
+	// (repaired one resync later), since when it has been another
+	// policy's rendering, and the bypass in force ("" for none).
+	editedSince, foreignSince time.Time
+	bypassed                  bool
+	bypassReason              string
+	// limitsNoted is the policy whose broader rendering was last logged.
+	limitsNoted string
+}
+
+// Outcome is what one sync found and did.
+type Outcome struct {
+	// InSync: the configuration is this replica's rendering, or for less
+	// than StaleAfter another replica's.
+	InSync bool
+	// Bypassed: the validating configuration carries BypassAnnotation;
+	// nothing was written.
+	Bypassed bool
+	// Updated objects, Repaired of them undoing someone else's edit.
+	Updated, Repaired int
 }
 
 // PrefixOf returns the prefix of a validating configuration's name, or an
@@ -85,29 +152,30 @@ func PrefixOf(validatingName string) (string, error) {
 }
 
 // Run syncs at once, on every policy change and at every resync, until ctx
-// ends. A replica writes on its start and when it swaps a policy in; at a
-// resync it only repairs a configuration rendered from the same policy as
-// its own. So while a ConfigMap edit reaches replicas at different times,
-// a replica still holding the old policy does not undo the new rendering.
+// ends. A replica writes on its start and when it swaps a policy in. At a
+// resync it repairs its own rendering, and an edited configuration (its
+// seal broken) at once when it names this replica's policy or none, else
+// one resync later, so that a replica holding the policy it names repairs
+// it first. It leaves alone a configuration sealed as the rendering of
+// another policy: while a ConfigMap edit reaches replicas at different
+// times, a replica still holding the old policy does not undo the new
+// rendering; after StaleAfter it reports it. While the validating
+// configuration carries BypassAnnotation nothing is written, and a write a
+// policy change asked for waits until the bypass is lifted.
 func (s *Syncer) Run(ctx context.Context) error {
-	resync := s.Resync
-	if resync <= 0 {
-		resync = time.Minute
-	}
 	force := true
 	for {
 		changed := s.Policies.Changed()
-		err := s.sync(ctx, force)
+		out, err := s.sync(ctx, force)
+		wait := s.resync()
 		if err != nil {
 			s.Log.Error(err, "keeping the webhook configurations equal to the policy; retrying")
-			s.Recorder.AdmissionConfigurationSync(false, 0)
-		}
-		wait := resync
-		if err != nil {
+			s.Recorder.AdmissionConfigurationSync(false, s.bypassed, out.Updated, out.Repaired)
 			// Keep the pending forced write; retry sooner.
 			wait = 5 * time.Second
 		} else {
-			force = false
+			s.Recorder.AdmissionConfigurationSync(out.InSync, out.Bypassed, out.Updated, out.Repaired)
+			force = force && out.Bypassed
 		}
 		select {
 		case <-ctx.Done():
@@ -119,28 +187,67 @@ func (s *Syncer) Run(ctx context.Context) error {
 	}
 }
 
+func (s *Syncer) resync() time.Duration {
+	if s.Resync <= 0 {
+		return time.Minute
+	}
+	return s.Resync
+}
+
+func (s *Syncer) staleAfter() time.Duration {
+	d := s.StaleAfter
+	if d <= 0 {
+		d = DefaultStaleAfter
+	}
+	return max(d, 2*s.resync())
+}
+
+func (s *Syncer) clock() time.Time {
+	if s.now == nil {
+		return time.Now()
+	}
+	return s.now()
+}
+
 // errNotInstalled says an object the policy needs is not installed: only
 // the install can create it.
 var errNotInstalled = errors.New("not installed")
 
 // sync renders the policy in force and writes what differs. force writes
-// even when the live configuration was rendered from another policy.
-func (s *Syncer) sync(ctx context.Context, force bool) error {
+// even when the live configuration is another policy's rendering.
+func (s *Syncer) sync(ctx context.Context, force bool) (Outcome, error) {
 	p, sha := s.Policies.InForce()
 	api := s.Client.AdmissionregistrationV1()
-	updated := 0
+	var out Outcome
 	var notInstalled []string
+	rendered := false
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		updated, notInstalled = 0, nil
+		out, notInstalled, rendered = Outcome{}, nil, false
 		live, err := api.ValidatingWebhookConfigurations().Get(ctx, s.Prefix+validatingSuffix, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("validatingwebhookconfiguration %s%s: %w", s.Prefix, validatingSuffix, err)
 		}
-		if !force && live.Annotations[PolicyAnnotation] != sha {
-			// Rendered from another policy: its replica (or the install)
-			// owns it until this replica swaps in a policy.
+		named := live.Annotations[PolicyAnnotation]
+		intact := live.Annotations[RenderingAnnotation] == seal(named, live)
+		reason, bypassed := live.Annotations[BypassAnnotation]
+		s.noteBypass(live.Name, bypassed, reason)
+		if bypassed {
+			// What the operator does meanwhile is theirs: once the bypass
+			// is lifted, an edit is judged afresh.
+			s.editedSince, s.foreignSince = time.Time{}, time.Time{}
+			out.Bypassed = true
+			out.InSync = intact && named == sha
 			return nil
 		}
+		if !force {
+			write, inSync := s.judge(live.Name, intact, named, sha)
+			if !write {
+				out.InSync = inSync
+				return nil
+			}
+		}
+		s.editedSince, s.foreignSince = time.Time{}, time.Time{}
+		rendered = true
 		coalescing, failOpen, err := manifests.RenderedWith(live.Annotations)
 		if err != nil {
 			return fmt.Errorf("validatingwebhookconfiguration %s: %w", live.Name, err)
@@ -152,41 +259,135 @@ func (s *Syncer) sync(ctx context.Context, force bool) error {
 		if err != nil {
 			return err
 		}
-		n, err := s.syncValidating(ctx, live, want.Validating, sha)
+		s.noteLimits(sha, want.Limits)
+		// At a resync the policy has not changed: whatever content a
+		// write changes, someone else had changed.
+		count := func(w writes) {
+			out.Updated += w.updated
+			if !force {
+				out.Repaired += w.content
+			}
+		}
+		w, err := s.syncValidating(ctx, live, want.Validating, sha)
 		if err != nil {
 			return err
 		}
-		updated += n
-		n, err = s.syncMutating(ctx, live, want.Mutating, sha)
+		count(w)
+		w, err = s.syncMutating(ctx, live, want.Mutating, sha)
 		if errors.Is(err, errNotInstalled) {
 			notInstalled = append(notInstalled, "mutatingwebhookconfiguration "+s.Prefix+"-mutating-webhook-configuration")
 		} else if err != nil {
 			return err
 		}
-		updated += n
-		n, err = s.syncCoalescing(ctx, want)
+		count(w)
+		w, err = s.syncCoalescing(ctx, want)
+		count(w)
 		if errors.Is(err, errNotInstalled) {
 			notInstalled = append(notInstalled, "mutatingadmissionpolicy "+s.Prefix+"-coalesce-renewals")
 		} else if err != nil {
 			return err
 		}
-		updated += n
 		return nil
 	})
 	if err != nil {
-		return err
+		return out, refused(err)
+	}
+	if !rendered {
+		return out, nil
 	}
 	if len(notInstalled) > 0 {
-		return fmt.Errorf("the policy needs %s, which the install did not create: re-render and re-apply the install (make manifests and make deploy, or helm upgrade)", strings.Join(notInstalled, " and "))
+		return out, fmt.Errorf("the policy needs %s, which the install did not create: re-render and re-apply the install (make manifests and make deploy, or helm upgrade)", strings.Join(notInstalled, " and "))
 	}
-	s.Recorder.AdmissionConfigurationSync(true, updated)
-	return nil
+	if out.Repaired > 0 {
+		s.Log.Info("repaired an edit of the admission configuration by someone else: it is the rendering of the policy in force again", "objects", out.Repaired, "policy", sha)
+	}
+	out.InSync = true
+	return out, nil
 }
 
-func (s *Syncer) syncValidating(ctx context.Context, live, want *admissionregistrationv1.ValidatingWebhookConfiguration, sha string) (int, error) {
+// judge decides at a resync whether to render and write, and, when not,
+// whether the configuration is in sync. This replica's own rendering is
+// always compared (the mutating configuration and the coalescing policy
+// carry no seal); an edit is repaired at once when it names this policy or
+// none, else once it has lasted a resync; another policy's intact
+// rendering is never written, and is in sync only until StaleAfter.
+func (s *Syncer) judge(name string, intact bool, named, sha string) (write, inSync bool) {
+	now := s.clock()
+	log := s.Log.WithValues("validatingwebhookconfiguration", name, "policy", sha, "renderedFrom", named)
+	switch {
+	case intact && named == sha:
+		return true, true
+	case intact:
+		s.editedSince = time.Time{}
+		if s.foreignSince.IsZero() {
+			s.foreignSince = now
+		}
+		if since := now.Sub(s.foreignSince); since >= s.staleAfter() {
+			log.Info("the configuration has been the rendering of another policy for too long: this replica's policy or the configuration is stale; not writing it (a replica may hold a newer policy), reporting it out of sync",
+				"for", since.Round(time.Second).String())
+			return false, false
+		}
+		return false, true
+	case named == sha || named == "":
+		log.Info("the configuration was edited by someone else (its content does not match " + RenderingAnnotation + "): repairing")
+		return true, false
+	default:
+		s.foreignSince = time.Time{}
+		if s.editedSince.IsZero() {
+			s.editedSince = now
+		}
+		if now.Sub(s.editedSince) < s.resync() {
+			log.Info("the configuration was edited by someone else and names another policy: repairing it at the next resync unless a replica holding that policy does first")
+			return false, false
+		}
+		log.Info("the configuration is still edited a resync later: repairing")
+		return true, false
+	}
+}
+
+// noteBypass logs a bypass when it appears, changes or is lifted.
+func (s *Syncer) noteBypass(name string, bypassed bool, reason string) {
+	if bypassed == s.bypassed && reason == s.bypassReason {
+		return
+	}
+	s.bypassed, s.bypassReason = bypassed, reason
+	if bypassed {
+		s.Log.Info("bypassed: leaseguard does not write its admission configuration while the annotation is there, whatever it is edited to",
+			"validatingwebhookconfiguration", name, "annotation", BypassAnnotation, "reason", reason)
+		return
+	}
+	s.Log.Info("bypass lifted: the admission configuration is kept the rendering of the policy again", "validatingwebhookconfiguration", name)
+}
+
+// seal is RenderingAnnotation's value for a validating configuration that
+// names policy sha.
+func seal(sha string, cfg *admissionregistrationv1.ValidatingWebhookConfiguration) string {
+	hooks := make([]admissionregistrationv1.ValidatingWebhook, len(cfg.Webhooks))
+	for i, w := range cfg.Webhooks {
+		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{}
+		w.TimeoutSeconds = nil
+		hooks[i] = w
+	}
+	data, err := json.Marshal(struct {
+		Policy, Coalesce, FailOpen string
+		Webhooks                   []admissionregistrationv1.ValidatingWebhook
+	}{sha, cfg.Annotations[manifests.CoalesceAnnotation], cfg.Annotations[manifests.FailOpenAnnotation], hooks})
+	if err != nil {
+		// Typed API structs always marshal; never a seal anything matches.
+		return "unsealable: " + err.Error()
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// writes counts the objects a sync wrote, and those of them whose content
+// (not only leaseguard's annotations) it changed.
+type writes struct{ updated, content int }
+
+func (s *Syncer) syncValidating(ctx context.Context, live, want *admissionregistrationv1.ValidatingWebhookConfiguration, sha string) (writes, error) {
 	webhooks, err := merge(live.Webhooks, want.Webhooks, nil, validatingAccess)
 	if err != nil {
-		return 0, fmt.Errorf("validatingwebhookconfiguration %s: %w", live.Name, err)
+		return writes{}, fmt.Errorf("validatingwebhookconfiguration %s: %w", live.Name, err)
 	}
 	next := live.DeepCopy()
 	next.Webhooks = webhooks
@@ -196,8 +397,17 @@ func (s *Syncer) syncValidating(ctx context.Context, live, want *admissionregist
 		func(ctx context.Context, o metav1.UpdateOptions) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 			return api.Update(ctx, next, o)
 		},
+		// Sealed as stored: the API server's defaulting included.
+		func(defaulted *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			v := seal(sha, defaulted)
+			setAnnotation(&next.ObjectMeta, RenderingAnnotation, v)
+			setAnnotation(&defaulted.ObjectMeta, RenderingAnnotation, v)
+		},
 		func(a, b *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
-			return equality.Semantic.DeepEqual(a.Webhooks, b.Webhooks) && a.Annotations[PolicyAnnotation] == b.Annotations[PolicyAnnotation]
+			return equality.Semantic.DeepEqual(a.Webhooks, b.Webhooks)
+		},
+		func(a, b *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+			return a.Annotations[PolicyAnnotation] == b.Annotations[PolicyAnnotation] && a.Annotations[RenderingAnnotation] == b.Annotations[RenderingAnnotation]
 		})
 }
 
@@ -205,18 +415,18 @@ func (s *Syncer) syncValidating(ctx context.Context, live, want *admissionregist
 // mutating webhook leaves it without webhooks (deleting it would need the
 // install to create it again). A webhook it gains is served where the
 // validating configuration's are.
-func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistrationv1.ValidatingWebhookConfiguration, want *admissionregistrationv1.MutatingWebhookConfiguration, sha string) (int, error) {
+func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistrationv1.ValidatingWebhookConfiguration, want *admissionregistrationv1.MutatingWebhookConfiguration, sha string) (writes, error) {
 	api := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	name := s.Prefix + "-mutating-webhook-configuration"
 	live, err := api.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if want == nil {
-			return 0, nil
+			return writes{}, nil
 		}
-		return 0, errNotInstalled
+		return writes{}, errNotInstalled
 	}
 	if err != nil {
-		return 0, fmt.Errorf("mutatingwebhookconfiguration %s: %w", name, err)
+		return writes{}, fmt.Errorf("mutatingwebhookconfiguration %s: %w", name, err)
 	}
 	var wantHooks []admissionregistrationv1.MutatingWebhook
 	if want != nil {
@@ -228,7 +438,7 @@ func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistra
 	}
 	webhooks, err := merge(live.Webhooks, wantHooks, fallback, mutatingAccess)
 	if err != nil {
-		return 0, fmt.Errorf("mutatingwebhookconfiguration %s: %w", name, err)
+		return writes{}, fmt.Errorf("mutatingwebhookconfiguration %s: %w", name, err)
 	}
 	next := live.DeepCopy()
 	next.Webhooks = webhooks
@@ -236,96 +446,110 @@ func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistra
 	return writeIfChanged(ctx, s.Log, "mutatingwebhookconfiguration", live, next,
 		func(ctx context.Context, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 			return api.Update(ctx, next, o)
+		}, nil,
+		func(a, b *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+			return equality.Semantic.DeepEqual(a.Webhooks, b.Webhooks)
 		},
 		func(a, b *admissionregistrationv1.MutatingWebhookConfiguration) bool {
-			return equality.Semantic.DeepEqual(a.Webhooks, b.Webhooks) && a.Annotations[PolicyAnnotation] == b.Annotations[PolicyAnnotation]
+			return a.Annotations[PolicyAnnotation] == b.Annotations[PolicyAnnotation]
 		})
 }
 
 // syncCoalescing keeps the MutatingAdmissionPolicy that coalesces early
 // renewals in the API server, and its binding: updated while the policy
 // coalesces, deleted when it no longer does.
-func (s *Syncer) syncCoalescing(ctx context.Context, want *manifests.Rendered) (int, error) {
+func (s *Syncer) syncCoalescing(ctx context.Context, want *manifests.Rendered) (writes, error) {
 	api := s.Client.AdmissionregistrationV1()
 	name := s.Prefix + "-coalesce-renewals"
 	live, err := api.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if want.Coalescing == nil {
-			return 0, nil
+			return writes{}, nil
 		}
-		return 0, errNotInstalled
+		return writes{}, errNotInstalled
 	}
 	if err != nil {
-		return 0, fmt.Errorf("mutatingadmissionpolicy %s: %w", name, err)
+		return writes{}, fmt.Errorf("mutatingadmissionpolicy %s: %w", name, err)
 	}
 	if want.Coalescing == nil {
 		// The binding first: a binding without its policy is an error the
 		// API server reports on every write it matches.
 		if err := api.MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return 0, fmt.Errorf("mutatingadmissionpolicybinding %s: %w", name, err)
+			return writes{}, fmt.Errorf("mutatingadmissionpolicybinding %s: %w", name, err)
 		}
 		if err := api.MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return 0, fmt.Errorf("mutatingadmissionpolicy %s: %w", name, err)
+			return writes{}, fmt.Errorf("mutatingadmissionpolicy %s: %w", name, err)
 		}
 		s.Log.Info("deleted: the policy no longer coalesces renewals", "mutatingadmissionpolicy", name)
-		return 1, nil
+		return writes{updated: 1, content: 1}, nil
 	}
 	next := live.DeepCopy()
 	next.Spec = want.Coalescing.Spec
-	n, err := writeIfChanged(ctx, s.Log, "mutatingadmissionpolicy", live, next,
+	w, err := writeIfChanged(ctx, s.Log, "mutatingadmissionpolicy", live, next,
 		func(ctx context.Context, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingAdmissionPolicy, error) {
 			return api.MutatingAdmissionPolicies().Update(ctx, next, o)
-		},
+		}, nil,
 		func(a, b *admissionregistrationv1.MutatingAdmissionPolicy) bool {
 			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
-		})
+		}, nil)
 	if err != nil {
-		return 0, err
+		return writes{}, err
 	}
 	liveBinding, err := api.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return n, errNotInstalled
+		return w, errNotInstalled
 	}
 	if err != nil {
-		return n, fmt.Errorf("mutatingadmissionpolicybinding %s: %w", name, err)
+		return w, fmt.Errorf("mutatingadmissionpolicybinding %s: %w", name, err)
 	}
 	nextBinding := liveBinding.DeepCopy()
 	nextBinding.Spec = want.CoalescingBinding.Spec
-	m, err := writeIfChanged(ctx, s.Log, "mutatingadmissionpolicybinding", liveBinding, nextBinding,
+	b, err := writeIfChanged(ctx, s.Log, "mutatingadmissionpolicybinding", liveBinding, nextBinding,
 		func(ctx context.Context, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingAdmissionPolicyBinding, error) {
 			return api.MutatingAdmissionPolicyBindings().Update(ctx, nextBinding, o)
-		},
+		}, nil,
 		func(a, b *admissionregistrationv1.MutatingAdmissionPolicyBinding) bool {
 			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
-		})
-	return n + m, err
+		}, nil)
+	return writes{updated: w.updated + b.updated, content: w.content + b.content}, err
 }
 
-func setPolicy(meta *metav1.ObjectMeta, sha string) {
+func setPolicy(meta *metav1.ObjectMeta, sha string) { setAnnotation(meta, PolicyAnnotation, sha) }
+
+func setAnnotation(meta *metav1.ObjectMeta, key, value string) {
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}
-	meta.Annotations[PolicyAnnotation] = sha
+	meta.Annotations[key] = value
 }
 
 // writeIfChanged writes next when, defaulted by the API server (a dry run
 // of the update), it differs from live: the rendering leaves defaulted
 // fields unset, so comparing it with the stored object directly would see a
-// change every time.
+// change every time. seal, when set, stamps next and the defaulted object
+// from what will be stored; sameContent compares what the policy decides,
+// sameMeta (when set) leaseguard's annotations.
 func writeIfChanged[T interface{ GetName() string }](ctx context.Context, log logr.Logger, kind string, live, next T,
-	update func(context.Context, metav1.UpdateOptions) (T, error), same func(a, b T) bool) (int, error) {
+	update func(context.Context, metav1.UpdateOptions) (T, error), seal func(defaulted T), sameContent, sameMeta func(a, b T) bool) (writes, error) {
 	defaulted, err := update(ctx, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: "leaseguard"})
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", kind, live.GetName(), err)
+		return writes{}, fmt.Errorf("%s %s: %w", kind, live.GetName(), err)
 	}
-	if same(live, defaulted) {
-		return 0, nil
+	if seal != nil {
+		seal(defaulted)
+	}
+	content := sameContent(live, defaulted)
+	if content && (sameMeta == nil || sameMeta(live, defaulted)) {
+		return writes{}, nil
 	}
 	if _, err := update(ctx, metav1.UpdateOptions{FieldManager: "leaseguard"}); err != nil {
-		return 0, fmt.Errorf("%s %s: %w", kind, live.GetName(), err)
+		return writes{}, fmt.Errorf("%s %s: %w", kind, live.GetName(), err)
 	}
 	log.Info("updated to the rendering of the policy in force", kind, live.GetName())
-	return 1, nil
+	if content {
+		return writes{updated: 1}, nil
+	}
+	return writes{updated: 1, content: 1}, nil
 }
 
 // access reaches the fields of one webhook type that merge keeps.
@@ -411,4 +635,29 @@ func servedAt(base, rendered *admissionregistrationv1.WebhookClientConfig) (admi
 		return cc, fmt.Errorf("clientConfig has neither service nor url")
 	}
 	return cc, nil
+}
+
+// refused says, of an error the API server gave a write of the rendering,
+// what it means: the API server keeps routing by the configuration it
+// has, which may not send leaseguard the writes the policy in force newly
+// selects (manifests.Render keeps within the API server's limits, so this
+// is a limit it did not know, or a bug: docs/design.md §5, "Limits").
+func refused(err error) error {
+	if apierrors.IsInvalid(err) || apierrors.IsRequestEntityTooLargeError(err) {
+		return fmt.Errorf("the API server refuses the rendering of the policy in force and keeps routing by the configuration it has: "+
+			"writes only the policy in force selects do not reach leaseguard until it is fixed: %w", err)
+	}
+	return err
+}
+
+// noteLimits logs, once for each policy, where its rendering is broader
+// than the policy to stay within the API server's limits.
+func (s *Syncer) noteLimits(sha string, limits []string) {
+	if len(limits) == 0 || s.limitsNoted == sha {
+		return
+	}
+	s.limitsNoted = sha
+	for _, n := range limits {
+		s.Log.Info("the policy does not fit the API server's limits: the routing is broader than the policy", "policy", sha, "note", n)
+	}
 }

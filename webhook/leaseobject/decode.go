@@ -4,8 +4,10 @@
 // decoder (sigs.k8s.io/json: case-sensitive, the last of duplicate keys,
 // duplicates in what it reads reported) into a deliberately partial typed
 // view of the object: what leaseguard decides on is decoded, everything else
-// (labels, most annotations, the managed fields' sets) is skipped without
-// being held, so a write stuffed with items costs about its size.
+// (the managed fields' sets, other fields) is skipped without being held,
+// and labels and annotations are kept only as the text a status writer's
+// write is compared by (past 4 KiB, a digest), so a write stuffed with
+// items costs about its size.
 //
 // What it cannot read is handled in two ways. The object's identity
 // (apiVersion, kind, metadata) is validated by the API server for every
@@ -140,6 +142,7 @@ type wireMetadata struct {
 	Namespace         string           `json:"namespace"`
 	GenerateName      string           `json:"generateName"`
 	CreationTimestamp string           `json:"creationTimestamp"`
+	Labels            mapText          `json:"labels"`
 	Annotations       *wireAnnotations `json:"annotations"`
 	Finalizers        json.RawMessage  `json:"finalizers"`
 	OwnerReferences   json.RawMessage  `json:"ownerReferences"`
@@ -148,11 +151,58 @@ type wireMetadata struct {
 	ManagedFields json.RawMessage `json:"managedFields"`
 }
 
-// wireAnnotations holds the one annotation leaseguard reads; the others
-// are skipped. The tag is policy.DesignationAnnotation (a test holds them
-// equal).
+// wireAnnotations holds the one annotation leaseguard reads, and the text
+// of them all (mapText), which a status writer's write must leave as it is.
+// The tag is policy.DesignationAnnotation (a test holds them equal).
 type wireAnnotations struct {
 	Designated *string `json:"leaseguard.io/designated-manager"`
+	text       mapText
+}
+
+// UnmarshalJSON reads the designation as the API machinery's decoder does
+// (a duplicate of it is reported under its path) and keeps the text of the
+// whole map. b is the decoder's own slice: nothing of it is held.
+func (a *wireAnnotations) UnmarshalJSON(b []byte) error {
+	var in struct {
+		Designated *string `json:"leaseguard.io/designated-manager"`
+	}
+	strict, err := kjson.UnmarshalStrict(b, &in, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		if fe, ok := strict[0].(kjson.FieldError); ok {
+			fe.SetFieldPath("metadata.annotations." + fe.FieldPath())
+		}
+		return strict[0]
+	}
+	a.Designated = in.Designated
+	return a.text.UnmarshalJSON(b)
+}
+
+// mapText is a metadata map as leaseguard compares it: rawKey of its
+// compact JSON text, "" when absent, null or empty. The API server writes
+// both objects of a review with the same encoder (keys sorted), so equal
+// maps have equal texts; a map over 4 KiB is kept as its length and
+// SHA-256, so that a Lease with thousands of labels costs no copy of them.
+type mapText string
+
+func (m *mapText) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || string(b) == "null" || string(b) == "{}":
+		*m = ""
+	case len(b) > maxRawBytes:
+		*m = mapText(rawKey(b))
+	default:
+		var c bytes.Buffer
+		if json.Compact(&c, b) != nil || c.String() == "{}" {
+			*m = mapText(rawKey(b))
+			break
+		}
+		*m = mapText(c.String())
+	}
+	return nil
 }
 
 // wireSpec keeps each spec field as its JSON text: a custom resource is
@@ -212,8 +262,10 @@ func DecodeJSON(res policy.Resource, data []byte) (*policy.Object, error) {
 			return nil, fmt.Errorf("metadata.creationTimestamp: %w", err)
 		}
 	}
+	o.Labels = string(m.Labels)
 	if a := m.Annotations; a != nil {
 		o.HasAnnotations = true
+		o.Annotations = string(a.text)
 		if a.Designated != nil {
 			o.HasDesignation, o.Designated = true, *a.Designated
 		}
@@ -385,7 +437,7 @@ func managedTimes(entries []managedEntry) []policy.ManagedTime {
 		if e.time == "" {
 			continue
 		}
-		m := policy.ManagedTime{Key: e.key, Raw: e.time[:min(len(e.time), maxManagedTimeBytes)]}
+		m := policy.ManagedTime{Key: e.key, Raw: e.time[:min(len(e.time), maxManagedTimeBytes)], RenewWriter: e.renewTime && !e.subresouce}
 		if len(e.time) <= maxManagedTimeBytes {
 			m.Time, _ = parseTime(e.time)
 		}

@@ -12,6 +12,7 @@ package manifests
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,6 +81,9 @@ type Rendered struct {
 	CoalescingBinding *admissionregistrationv1.MutatingAdmissionPolicyBinding
 	// Notes say where the rendering is broader than the policy, and why.
 	Notes []string
+	// Limits are the notes of Notes that say where the policy does not fit
+	// the API server's limits (limits.go), and what is rendered instead.
+	Limits []string
 }
 
 // The annotations of the validating webhook configuration that record the
@@ -127,30 +131,27 @@ const (
 	DesignateWebhook = "designate.leases.leaseguard.io"
 )
 
-// Render renders the configuration enforcing p.
-func Render(p *policy.Policy, o Options) (*Rendered, error) {
-	if o.Namespace == "" || (o.ServiceName == "" && o.URL == "") || o.Prefix == "" {
-		return nil, fmt.Errorf("rendering needs leaseguard's namespace, its Service name or a URL, and a name prefix")
-	}
-	if o.TimeoutSeconds == 0 {
-		o.TimeoutSeconds = 2
-	}
-	if o.Coalescing == "" {
-		o.Coalescing = CoalesceInAPIServer
-	}
-	g := &generator{o: o, rules: views(p), skew: p.ClockSkew}
-	out := &Rendered{Validating: g.validating()}
-	out.Mutating = g.mutating()
-	out.Coalescing, out.CoalescingBinding = g.coalescingPolicy()
-	out.Notes = g.notes
-	return out, nil
-}
+// Render is in limits.go: it renders at the first level that fits.
 
 type generator struct {
 	o     Options
 	rules []policy.RuleView
 	skew  time.Duration
 	notes []string
+
+	// How the selection is written (limits.go): the level; at levelWide,
+	// the rules whose namespace test is left to leaseguard; why the exact
+	// selection did not fit; the namespaces the namespaceSelectors list,
+	// when they list exactly those (unionExact); which rules name them all.
+	object     object
+	level      level
+	wide       []bool
+	why        error
+	union      []string
+	unionExact bool
+	covers     map[int]bool
+	sels       []string
+	limits     []string
 }
 
 func (g *generator) note(format string, args ...any) {
@@ -164,9 +165,9 @@ func (g *generator) note(format string, args ...any) {
 }
 
 // NamespaceSelector never selects the control plane's namespaces nor
-// leaseguard's own (namespace), and, when every rule names its namespaces,
-// only those (docs/design.md §5). The webhook configurations and the
-// admission policies select with it alike.
+// leaseguard's own (namespace), and, when every rule names its namespaces
+// and they fit SelectorValuesBudget, only those (docs/design.md §5). The
+// webhook configurations and the admission policies select with it alike.
 func NamespaceSelector(namespace string, rules []policy.RuleView) *metav1.LabelSelector {
 	neverIntercepted := append(append([]string(nil), policy.NeverIntercepted...), namespace)
 	exprs := []metav1.LabelSelectorRequirement{{
@@ -189,6 +190,10 @@ func NamespaceSelector(namespace string, rules []policy.RuleView) *metav1.LabelS
 		names = append(names, ns)
 	}
 	sort.Strings(names)
+	if selectorBytes(names) > SelectorValuesBudget {
+		// Broader: the match conditions select the rules' namespaces.
+		return &metav1.LabelSelector{MatchExpressions: exprs}
+	}
 	exprs = append(exprs, metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: names})
 	return &metav1.LabelSelector{MatchExpressions: exprs}
 }
@@ -258,21 +263,32 @@ func (g *generator) clientConfig(path string) admissionregistrationv1.WebhookCli
 	}
 }
 
-// selected renders "a rule selects the object".
+// selected renders "a rule selects the object" (past levelExact, at least
+// where one does: limits.go).
 func (g *generator) selected() string {
 	parts := make([]string, len(g.rules))
 	for i := range g.rules {
-		parts[i] = celexpr.Selects(&g.rules[i])
+		if g.level == levelExact {
+			parts[i] = celexpr.Selects(&g.rules[i])
+		} else {
+			parts[i] = g.sel(i)
+		}
+	}
+	if g.level != levelExact {
+		return orUnique(parts)
 	}
 	return celexpr.Or(parts...)
 }
 
-// noop renders "an UPDATE that changes nothing leaseguard guards": the same
-// spec, status, labels, annotations, finalizers and owner references, and
-// managedFields that differ at most in their times. The API server stores
-// nothing for such a write (it reverts managedFields times that alone
-// changed), so there is nothing to validate; it is what a coalesced
-// renewal becomes.
+// noop renders "an UPDATE that changes nothing the API server would store":
+// the same spec, status, labels, annotations, generateName, finalizers and
+// owner references, and managedFields that differ at most in their times.
+// The API server stores nothing for such a write (it reverts managedFields
+// times that alone changed), so there is nothing to decide; it is what a
+// coalesced renewal becomes. It must be exact: a write that changes
+// anything else (generateName was once missing here) is stored with
+// whatever managedFields times it carries, so it must reach leaseguard
+// (docs/security.md, "Writes no webhook sees").
 func noop() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
 	return celexpr.And(
@@ -281,7 +297,7 @@ func noop() string {
 		// A status write under the status writer's field-manager name
 		// changes nothing else (docs/security.md).
 		same("?status"),
-		same("metadata.?labels"), same("metadata.?annotations"),
+		same("metadata.?labels"), same("metadata.?annotations"), same("metadata.?generateName"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"),
 		managedFieldsSameButTime(),
 	)
@@ -311,7 +327,7 @@ func managedFieldsSameButTime() string {
 func noopFirstRenewTime() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
 	return celexpr.And("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"), same("?status"),
-		same("metadata.?labels"), same("metadata.?annotations"),
+		same("metadata.?labels"), same("metadata.?annotations"), same("metadata.?generateName"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"), managedFieldsSameButTime())
 }
 
@@ -353,9 +369,14 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	}
 	// Identity changes (creates, deletes, status, holder, lease fields,
 	// designation, finalizers, owner references), any write by someone
-	// other than the rule's rightful renewer, and any renewal ahead of the
-	// server clock are never admitted without leaseguard (policy.FailClosed).
-	closed := celexpr.Or(celexpr.IdentityChange(resources), celexpr.Not(g.rightfulRenewers()), renewTimeAhead(g.skew))
+	// other than the rule's rightful renewer, and any other write that
+	// changes something but is not a renewal harmless unchecked (metadata,
+	// managedFields, a renewTime moved back, cleared, unreadable or ahead
+	// of the server clock) are never admitted without leaseguard
+	// (policy.FailClosed). A write admission made a no-op (a coalesced or
+	// acknowledged renewal) is stored by nobody and goes to neither.
+	closed := celexpr.Or(celexpr.IdentityChange(resources), celexpr.Not(g.rightfulRenewers()),
+		celexpr.And(celexpr.Not(noopFirstRenewTime()), celexpr.Not(harmlessRenewal(resources, g.skew))))
 	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
 		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
 			Name: "selected-fail-closed", Expression: celexpr.And(selected, closed),
@@ -374,46 +395,82 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	return cfg
 }
 
-// renewTimeAhead renders policy.RenewTimeAhead: the write moves renewTime
-// more than the clock skew ahead of the API server's clock, which is the
-// time the API server just stamped on the writer's managedFields entry (an
-// entry whose time this write changed; a client may add entries dated
-// ahead, never behind the stamp, so the earliest of them is the stamp).
-// Such a renewal, harmless only if checked (leaseguard refuses it; stored,
-// it would keep the lease until that time), goes to the fail-closed
-// webhook, so that nothing a down or busy leaseguard lets through can lock
-// a lease. A write with no re-stamped entry (a second write by the same
-// manager within one second: Config Connector's managers share one field
-// manager) is judged by the latest stored entry, which is of this second;
-// one among more managedFields entries than are compared goes to the
-// fail-closed webhook.
-func renewTimeAhead(skew time.Duration) string {
+// RenewTimeLayout is the one form of a MultiClusterLease renewTime that
+// the fail-open route carries: what metav1.MicroTime writes and typed
+// clients read (I7). Anything else the CRD's date-time lets through (no
+// fraction, nine digits, a lower-case 't', an offset of 24 hours, a year
+// before 1000 or after 8999) goes to
+// the fail-closed webhook, which refuses it unless it is the stored value.
+// Hours, minutes and seconds are bounded so that CEL's timestamp() never
+// fails on what the regular expression admits.
+const RenewTimeLayout = `^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`
+
+// ownsRenewTime renders "managedFields entry m is the main resource's
+// entry that owns spec.renewTime". When a write changes renewTime the API
+// server takes the field from every other entry and gives it to the
+// writer's, which it stamps with its own clock (whole seconds) before
+// admission: whatever entries and times a client sends, after such a
+// write this is the API server's entry, dated now.
+func ownsRenewTime(m string) string {
+	return m + ".?subresource.orValue('') == '' && " + m + ".?fieldsV1[?'f:spec'][?'f:renewTime'].hasValue()"
+}
+
+// harmlessRenewal renders policy.HarmlessRenewal: what the fail-open
+// webhook may carry, since while leaseguard is down it is stored
+// unchecked. Only a renewal that moves renewTime to within the clock skew
+// of the API server's clock (ahead, it would hold the lease until then;
+// behind, the lease would read as expired and anyone could take it), in a
+// form typed clients read, and that changes no metadata and re-dates no
+// managedFields entry but the API server's own stamp. Bounded by the
+// clock, not by the stored renewTime, so that repeated writes cannot walk
+// it back, while two managers' renewals that reach the API server in the
+// other order than they were composed (milliseconds apart) still flow.
+// The clock is the stamp of the entry that
+// owns renewTime (ownsRenewTime), never a time a client can write:
+// anything else (a write with no such entry, or more entries than are
+// compared) is not harmless. Every term stops at its first false, so a
+// rightful renewal is priced by its few entries.
+func harmlessRenewal(resources []policy.Resource, skew time.Duration) string {
 	mf := "object.metadata.?managedFields.orValue([])"
-	renewTime := "timestamp(object.spec.renewTime)"
+	same := func(path string) string { return "object." + path + " == oldObject." + path }
 	allowed := "duration(" + celexpr.Quote((skew + time.Second).String()) + ")"
-	// An entry this write re-stamped: none stored like it, time included.
-	stamped := "!oldObject.metadata.?managedFields.orValue([]).exists(o, " +
-		"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time)"
-	aheadOf := "has(m.time) && " + renewTime + " > timestamp(m.time) + " + allowed
-	// "renewTime > the earliest re-stamped time + allowed" is "ahead of
-	// some re-stamped entry"; with none re-stamped, "renewTime > the latest
-	// time + allowed" is "ahead of every dated entry, and there is one" —
-	// which, when one is re-stamped, implies the first. Written so, with
-	// the comparison before the search of the stored entries, a rightful
-	// renewal (never ahead of its own stamp) costs two passes that stop at
-	// its stamp and no search at all: this runs on every selected write, in
-	// both validating webhooks' conditions.
-	return celexpr.And("request.operation == 'UPDATE'", celexpr.Spec("object", "renewTime")+".hasValue()",
+	// The stamp is the API server's clock cut to the second, never later
+	// than it: a renewTime within the skew behind the clock is within it
+	// behind the stamp too.
+	behind := "duration(" + celexpr.Quote(skew.String()) + ")"
+	readable := "true"
+	if slices.Contains(resources, policy.MultiClusterLeases) {
+		re := celexpr.Quote(RenewTimeLayout)
+		readable = "object.spec.renewTime.matches(" + re + ") && oldObject.spec.renewTime.matches(" + re + ")"
+		if slices.Contains(resources, policy.Leases) {
+			// A Lease's renewTime is a MicroTime: the API server writes it so.
+			readable = celexpr.Or("request.resource.resource == 'leases'", "("+readable+")")
+		}
+	}
+	return celexpr.And(
+		"request.operation == 'UPDATE'",
+		celexpr.Spec("object", "renewTime")+".hasValue()", celexpr.Spec("oldObject", "renewTime")+".hasValue()",
 		celexpr.Spec("object", "renewTime")+" != "+celexpr.Spec("oldObject", "renewTime"),
-		celexpr.Or(mf+".size() > "+strconv.Itoa(maxComparedManagedFields),
-			mf+".exists(m, "+aheadOf+" && "+stamped+")",
-			celexpr.And(mf+".exists(m, has(m.time))", mf+".all(m, !has(m.time) || "+renewTime+" > timestamp(m.time) + "+allowed+")")))
+		readable,
+		same("metadata.?labels"), same("metadata.?annotations"), same("metadata.?generateName"),
+		mf+".size() <= "+strconv.Itoa(maxComparedManagedFields),
+		mf+".exists(m, "+ownsRenewTime("m")+" && has(m.time) && timestamp(object.spec.renewTime) <= timestamp(m.time) + "+allowed+
+			" && timestamp(object.spec.renewTime) >= timestamp(m.time) - "+behind+")",
+		mf+".all(m, ("+ownsRenewTime("m")+") || oldObject.metadata.?managedFields.orValue([]).exists(o, "+
+			"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))",
+	)
 }
 
 // rightfulRenewers renders "the caller is the rightful renewer of the stored
 // lease under the rule that selects it" (policy.FailClosed). A rule whose
 // renewer CEL cannot say counts every caller as one, and says so.
+//
+// Past levelExact (limits.go) it holds only where it holds by the policy,
+// never more: the fail-open webhook trusts it. At levelBroad it is false.
 func (g *generator) rightfulRenewers() string {
+	if g.level == levelBroad {
+		return "false"
+	}
 	parts := make([]string, len(g.rules))
 	for i := range g.rules {
 		renewer, exact := celexpr.SharedRenewer(&g.rules[i])
@@ -422,12 +479,21 @@ func (g *generator) rightfulRenewers() string {
 			renewer = "true"
 		}
 		if len(g.rules) == 1 {
-			// The condition has checked that the one rule selects.
+			// The condition has checked that the one rule selects (and
+			// routing a write the policy does not select is immaterial:
+			// leaseguard admits it, as the API server does without it).
 			return renewer
 		}
-		parts[i] = celexpr.And(celexpr.SelectsFirst(g.rules, i), renewer)
+		if g.level == levelExact {
+			parts[i] = celexpr.And(celexpr.SelectsFirst(g.rules, i), renewer)
+		} else {
+			parts[i] = renewer
+		}
 	}
-	return celexpr.Or(parts...)
+	if g.level == levelExact {
+		return celexpr.Or(parts...)
+	}
+	return g.firstRuleUnder(parts, true, "")
 }
 
 // mutating renders the mutating webhook: for the rules with designation:
@@ -437,6 +503,7 @@ func (g *generator) rightfulRenewers() string {
 func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfiguration {
 	var parts []string
 	var rules []policy.RuleView
+	values, earlies := make([]string, len(g.rules)), make([]string, len(g.rules))
 	for i := range g.rules {
 		r := &g.rules[i]
 		var why []string
@@ -455,18 +522,41 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
 				manager, designated+" != ''", designated+" != "+celexpr.User))
 		}
+		designation := len(why)
 		if r.CoalesceInterval > 0 && g.o.Coalescing == CoalesceInWebhook {
-			if c, ok := g.earlyRenewal(i); ok {
+			early := g.earlyRenewal
+			if g.level != levelExact {
+				early = g.earlyRenewalAlone
+			}
+			if c, ok := early(i); ok {
 				why = append(why, c)
 			}
 		}
+		values[i], earlies[i] = "false", "false"
 		if len(why) > 0 {
-			parts = append(parts, celexpr.And(celexpr.SelectsFirst(g.rules, i), celexpr.Or(why...)))
+			if g.level == levelExact {
+				parts = append(parts, celexpr.And(celexpr.SelectsFirst(g.rules, i), celexpr.Or(why...)))
+			} else {
+				parts = append(parts, "")
+			}
 			rules = append(rules, *r)
+			values[i], earlies[i] = celexpr.Or(why[:designation]...), celexpr.Or(why[designation:]...)
+			if g.level == levelBroad {
+				values[i], earlies[i] = "true", "false"
+			}
 		}
 	}
 	if len(parts) == 0 {
 		return nil
+	}
+	condition := celexpr.Or(parts...)
+	if g.level != levelExact {
+		// Past levelExact (limits.go): wherever the policy needs it, and
+		// maybe more, which the mutating webhook decides in full.
+		// The first rule's stamp or early renewal is the first rule's
+		// stamp or the first rule's early renewal: two searches, each
+		// with its common terms taken out (celexpr.FirstMatch).
+		condition = celexpr.Or(g.firstRuleOver(values), g.firstRuleOver(earlies))
 	}
 	none := admissionregistrationv1.SideEffectClassNone
 	equivalent := admissionregistrationv1.Equivalent
@@ -490,7 +580,7 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 			ReinvocationPolicy: &never,
 			NamespaceSelector:  NamespaceSelector(g.o.Namespace, rules),
 			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{
-				Name: "may-need-designation", Expression: celexpr.Or(parts...),
+				Name: "may-need-designation", Expression: condition,
 			}),
 		}},
 	}
@@ -516,22 +606,27 @@ func (g *generator) earlyRenewal(i int) (string, bool) {
 	// written out twice.)
 	advance := "(timestamp(object.spec.renewTime) - timestamp(oldObject.spec.renewTime))"
 	interval := "duration(" + celexpr.Quote(durationString(r.CoalesceInterval)) + ")"
-	early := celexpr.And(advance+" < "+interval, advance+" >= duration('0s')")
+	// A renewal that moves renewTime: only then is the entry that owns it
+	// the API server's stamp of this write (outlives).
+	early := celexpr.And(advance+" < "+interval, advance+" > duration('0s')")
 	return celexpr.And(celexpr.SelectsFirst(g.rules, i), "request.operation == 'UPDATE'",
 		celexpr.Spec("oldObject", "renewTime")+".hasValue()", celexpr.Spec("object", "renewTime")+".hasValue()", early,
 		celexpr.Or(moves...), renewer, outlives(interval)), true
 }
 
 // outlives renders policy.Coalesce's server-clock check: the stored lease
-// outlives the coalescing interval. The clock is the latest managedFields
-// time of the object being written, which the API server has just stamped
-// for this write (whole seconds, so a second is added); without one it is
-// the stored renewTime, and the check passes as before. Last, as it costs
-// the most: a renewal that is not early never gets here.
+// outlives the coalescing interval. The clock is the stamp of the entry
+// that owns renewTime, which the API server has just given this write (an
+// early renewal moves renewTime; whole seconds, so a second is added):
+// never the latest of all entries, which a client can date as it likes
+// (a planted entry dated 2100 once turned coalescing off for good). With
+// no such entry nothing is coalesced: the renewal is stored, as without
+// the policy. Last, as it costs the most: a renewal that is not early
+// never gets here.
 func outlives(interval string) string {
-	now := "(object.metadata.?managedFields.orValue([]).filter(m, has(m.time)).map(m, timestamp(m.time)) + [timestamp(oldObject.spec.renewTime)]).max()"
 	lease := "duration(string(oldObject.spec.?leaseDurationSeconds.orValue(" + strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second)) + ")) + 's')"
-	return "timestamp(oldObject.spec.renewTime) + " + lease + " > " + now + " + " + interval + " + duration('1s')"
+	return "object.metadata.?managedFields.orValue([]).exists(m, " + ownsRenewTime("m") + " && has(m.time) && " +
+		"timestamp(oldObject.spec.renewTime) + " + lease + " > timestamp(m.time) + " + interval + " + duration('1s'))"
 }
 
 func durationString(d time.Duration) string { return d.String() }
@@ -541,9 +636,18 @@ func durationString(d time.Duration) string { return d.String() }
 // for objects named by prefix, and the notes on what it leaves out. Both
 // are nil when no rule coalesces.
 func CoalescingPolicy(p *policy.Policy, prefix, namespace string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, []string) {
-	g := &generator{o: Options{Namespace: namespace, Prefix: prefix, Coalescing: CoalesceInAPIServer}, rules: views(p), skew: p.ClockSkew}
-	pol, binding := g.coalescingPolicy()
-	return pol, binding, g.notes
+	o := Options{Namespace: namespace, Prefix: prefix, Coalescing: CoalesceInAPIServer}
+	rules := views(p)
+	union, unionExact := namespaceUnion(rules)
+	// Within the API server's limits, as Render fits it (limits.go): the
+	// broader renderings coalesce less, never more, and always fit.
+	out, err := fit(func(lv level, why error) *generator {
+		return &generator{o: o, rules: rules, skew: p.ClockSkew, level: lv, why: why, union: union, unionExact: unionExact, object: objCoalescing}
+	}, objCoalescing)
+	if err != nil {
+		return nil, nil, []string{"nothing is coalesced: " + err.Error()}
+	}
+	return out.Coalescing, out.CoalescingBinding, out.Notes
 }
 
 func views(p *policy.Policy) []policy.RuleView {
@@ -562,10 +666,23 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 	if g.o.Coalescing != CoalesceInAPIServer {
 		return nil, nil
 	}
+	if g.level == levelBroad {
+		return nil, nil
+	}
 	var parts []string
 	var rules []policy.RuleView
+	values := make([]string, len(g.rules))
 	for i := range g.rules {
-		if g.rules[i].CoalesceInterval <= 0 {
+		values[i] = "false"
+		if g.rules[i].CoalesceInterval <= 0 || g.isWide(i) {
+			continue
+		}
+		if g.level != levelExact {
+			if c, ok := g.earlyRenewalAlone(i); ok {
+				parts = append(parts, c)
+				rules = append(rules, g.rules[i])
+				values[i] = c
+			}
 			continue
 		}
 		if c, ok := g.earlyRenewal(i); ok {
@@ -575,6 +692,12 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 	}
 	if len(parts) == 0 {
 		return nil, nil
+	}
+	condition := celexpr.Or(parts...)
+	if g.level != levelExact {
+		// Past levelExact (limits.go): only where the policy coalesces,
+		// never more, as nothing decides these renewals but this policy.
+		condition = g.firstRuleUnder(values, false, "false")
 	}
 	ignore := admissionregistrationv1.Ignore
 	never := admissionregistrationv1.NeverReinvocationPolicy
@@ -593,7 +716,7 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 				ResourceRules:     resourceRules,
 				MatchPolicy:       &equivalent,
 			},
-			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{Name: "early-renewal", Expression: celexpr.Or(parts...)}),
+			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{Name: "early-renewal", Expression: condition}),
 			// A renewal the policy cannot judge is stored, as without it.
 			FailurePolicy:      &ignore,
 			ReinvocationPolicy: never,

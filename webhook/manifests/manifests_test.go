@@ -62,11 +62,15 @@ func TestFailureSplit(t *testing.T) {
 			t.Errorf("fail-closed condition lacks %s:\n%s", want, closed)
 		}
 	}
-	// renewTime decides nothing about identity, but one ahead of the API
-	// server's stamp never takes the fail-open path (renewTimeAhead).
-	identity, ahead, ok := strings.Cut(closed, " || (request.operation == 'UPDATE' && object.?spec.?renewTime.hasValue()")
-	if !ok || strings.Contains(identity, "renewTime") || !strings.Contains(ahead, `timestamp(object.spec.renewTime) > timestamp(m.time) + duration("3s")`) {
-		t.Errorf("fail-closed condition: identity changes, callers, then renewTime ahead of the stamp (clockSkew 2s + 1s):\n%s", closed)
+	// renewTime decides nothing about identity; after identity changes and
+	// callers, a write that changes something and is not a renewal
+	// harmless unchecked (harmlessRenewal: forward, readable, not ahead of
+	// the API server's stamp, nothing else re-dated) never takes the
+	// fail-open path.
+	identity, harmless, ok := strings.Cut(closed, " || (!(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime")
+	if !ok || strings.Contains(identity, "renewTime") || !strings.Contains(harmless, `timestamp(object.spec.renewTime) <= timestamp(m.time) + duration("3s")`) ||
+		!strings.Contains(harmless, `timestamp(object.spec.renewTime) >= timestamp(m.time) - duration("2s")`) {
+		t.Errorf("fail-closed condition: identity changes, callers, then writes that are not harmless renewals (clockSkew 2s + 1s):\n%s", closed)
 	}
 	open := condition(hooks[1].MatchConditions, "selected-and-changed")
 	if !strings.Contains(open, "!(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime") {

@@ -31,9 +31,14 @@ type Recorder struct {
 	policyValid        prometheus.Gauge
 	configInSync       prometheus.Gauge
 	configUpdates      prometheus.Counter
+	configRepairs      prometheus.Counter
+	configBypassed     prometheus.Gauge
 	webhookRequests    *prometheus.CounterVec
 	webhookInFlight    *prometheus.GaugeVec
 	handshakeErrors    prometheus.Counter
+	// The metrics port's token authentication (MetricsAuth).
+	metricsTokenReviews  *prometheus.CounterVec
+	metricsTokensRefused *prometheus.CounterVec
 }
 
 // New builds the collectors and registers them with reg.
@@ -88,11 +93,19 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		}),
 		configInSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leaseguard_admission_configuration_in_sync",
-			Help: "1 when leaseguard's webhook configurations (and coalescing policy) are the rendering of the policy in force, 0 when keeping them so failed (--manage-webhook-configurations; absent when off).",
+			Help: "1 when leaseguard's webhook configurations (and coalescing policy) are the rendering of the policy in force (or, for a few minutes, of another replica's), 0 when they are not: keeping them so failed, an edit awaits repair, or a bypass keeps one (--manage-webhook-configurations; absent when off).",
 		}),
 		configUpdates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leaseguard_admission_configuration_updates_total",
 			Help: "Writes of leaseguard's admission configuration to follow the policy in force (--manage-webhook-configurations).",
+		}),
+		configRepairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leaseguard_admission_configuration_repairs_total",
+			Help: "Writes that undid an edit of leaseguard's admission configuration by someone else, making it the rendering of the policy in force again (--manage-webhook-configurations).",
+		}),
+		configBypassed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leaseguard_admission_configuration_bypassed",
+			Help: "1 while leaseguard's validating webhook configuration carries the annotation leaseguard.io/bypass: an operator's deliberate bypass, and nothing is kept the rendering of the policy (--manage-webhook-configurations).",
 		}),
 		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leaseguard_webhook_requests_total",
@@ -200,24 +213,33 @@ func (r *Recorder) PolicyLoaded() {
 // ManageAdmissionConfiguration registers the collectors of the admission
 // configuration sync, so that they exist only where it runs.
 func (r *Recorder) ManageAdmissionConfiguration(reg prometheus.Registerer) error {
-	if err := reg.Register(r.configInSync); err != nil {
-		return err
+	for _, c := range []prometheus.Collector{r.configInSync, r.configUpdates, r.configRepairs, r.configBypassed} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
 	}
-	return reg.Register(r.configUpdates)
+	return nil
 }
 
 // AdmissionConfigurationSync records the outcome of one sync of the
-// admission configuration with the policy in force.
-func (r *Recorder) AdmissionConfigurationSync(inSync bool, updated int) {
+// admission configuration with the policy in force: whether it is in sync,
+// whether an operator bypassed it, the objects written and how many of
+// those writes undid someone else's edit.
+func (r *Recorder) AdmissionConfigurationSync(inSync, bypassed bool, updated, repaired int) {
 	if r == nil {
 		return
 	}
-	if inSync {
-		r.configInSync.Set(1)
-	} else {
-		r.configInSync.Set(0)
-	}
+	r.configInSync.Set(gauge(inSync))
+	r.configBypassed.Set(gauge(bypassed))
 	r.configUpdates.Add(float64(updated))
+	r.configRepairs.Add(float64(repaired))
+}
+
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // InstrumentWebhook counts the requests h answers at path, by status code,
@@ -238,4 +260,40 @@ func (r *Recorder) TLSHandshakeError() {
 		return
 	}
 	r.handshakeErrors.Inc()
+}
+
+// MetricsAuth registers the collectors of the metrics port's token
+// authentication (--metrics-secure), so that they exist only where it runs.
+func (r *Recorder) MetricsAuth(reg prometheus.Registerer) error {
+	r.metricsTokenReviews = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leaseguard_metrics_token_reviews_total",
+		Help: "TokenReviews the metrics port sent, by lane (unseen: a token not seen to authenticate within the hour, budgeted per source; known: one that has) and result (authenticated, rejected, error).",
+	}, []string{"lane", "result"})
+	r.metricsTokensRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leaseguard_metrics_tokens_refused_total",
+		Help: "Bearer tokens the metrics port refused without a TokenReview, by reason: not_a_token (401), source_limit (its source spent its budget of reviews of new tokens: 429), busy (every slot for reviews of new tokens stayed taken: 429).",
+	}, []string{"reason"})
+	for _, reason := range []string{"not_a_token", "source_limit", "busy"} {
+		r.metricsTokensRefused.WithLabelValues(reason)
+	}
+	if err := reg.Register(r.metricsTokenReviews); err != nil {
+		return err
+	}
+	return reg.Register(r.metricsTokensRefused)
+}
+
+// MetricsTokenReview records a TokenReview of the metrics port.
+func (r *Recorder) MetricsTokenReview(lane, result string) {
+	if r == nil || r.metricsTokenReviews == nil {
+		return
+	}
+	r.metricsTokenReviews.WithLabelValues(lane, result).Inc()
+}
+
+// MetricsTokenRefused records a bearer token refused without a review.
+func (r *Recorder) MetricsTokenRefused(reason string) {
+	if r == nil || r.metricsTokensRefused == nil {
+		return
+	}
+	r.metricsTokensRefused.WithLabelValues(reason).Inc()
 }

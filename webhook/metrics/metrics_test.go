@@ -78,3 +78,30 @@ func TestNilRecorderIsANoOp(t *testing.T) {
 	r.PolicyReload(true)
 	r.PolicyLoaded()
 }
+
+func TestAdmissionConfigurationSyncReportsBypassAndRepairs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ManageAdmissionConfiguration(reg); err != nil {
+		t.Fatal(err)
+	}
+	r.AdmissionConfigurationSync(true, false, 2, 1)
+	r.AdmissionConfigurationSync(false, true, 0, 0)
+	want := `
+# HELP leaseguard_admission_configuration_bypassed 1 while leaseguard's validating webhook configuration carries the annotation leaseguard.io/bypass: an operator's deliberate bypass, and nothing is kept the rendering of the policy (--manage-webhook-configurations).
+# TYPE leaseguard_admission_configuration_bypassed gauge
+leaseguard_admission_configuration_bypassed 1
+# HELP leaseguard_admission_configuration_in_sync 1 when leaseguard's webhook configurations (and coalescing policy) are the rendering of the policy in force (or, for a few minutes, of another replica's), 0 when they are not: keeping them so failed, an edit awaits repair, or a bypass keeps one (--manage-webhook-configurations; absent when off).
+# TYPE leaseguard_admission_configuration_in_sync gauge
+leaseguard_admission_configuration_in_sync 0
+# HELP leaseguard_admission_configuration_repairs_total Writes that undid an edit of leaseguard's admission configuration by someone else, making it the rendering of the policy in force again (--manage-webhook-configurations).
+# TYPE leaseguard_admission_configuration_repairs_total counter
+leaseguard_admission_configuration_repairs_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "leaseguard_admission_configuration_bypassed", "leaseguard_admission_configuration_in_sync", "leaseguard_admission_configuration_repairs_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -67,15 +69,18 @@ func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
 // renewer's next stamps look like a clock moving backwards (I7's record
 // check) and the stored renewal look recent (I6) for as long as the client
 // likes, and no one but an operator could repair the lease.
+//
+// A CREATE is held to the same: the API server keeps the entries a create
+// sends too, so a time planted there would serve as the clock as well.
 func (c *check) managedClock() (Decision, bool) {
 	req := c.req
-	if req.Operation != Update || req.Old == nil || req.New == nil {
+	if req.New == nil || (req.Operation != Update && req.Operation != Create) {
 		return Decision{}, true
 	}
 	limit := req.Now.Add(c.skew)
 	for i := range req.New.ManagedTimes {
 		m := &req.New.ManagedTimes[i]
-		if m.Time.IsZero() || !m.Time.After(limit) || storedStamp(req.Old, m) {
+		if m.Time.IsZero() || !m.Time.After(limit) || (req.Old != nil && storedStamp(req.Old, m)) {
 			continue
 		}
 		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "dates a managedFields entry ahead of the server clock on",
@@ -129,10 +134,10 @@ func (c *check) mainResource() Decision {
 	}
 	if !bound && !r.isManager(caller.Username) {
 		// The MultiClusterLease controller adds and removes its finalizer with
-		// full UPDATEs that touch no lease field; it has no business with
-		// owner references.
-		if metadataOnly && r.statusWriters.matchCaller(caller) && req.Old.OwnerReferences == req.New.OwnerReferences {
-			return c.metadataWrite()
+		// full UPDATEs that touch no lease field and not the designation;
+		// that is all it may do to the object itself (statusWriterWrite).
+		if metadataOnly && req.Resource == MultiClusterLeases && r.statusWriters.matchCaller(caller) {
+			return c.statusWriterWrite()
 		}
 		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint())
 	}
@@ -171,6 +176,9 @@ func (c *check) mainResource() Decision {
 		return d
 	}
 	if req.Operation == Delete {
+		if d, ok := c.deletion(); !ok {
+			return d
+		}
 		return c.allowed()
 	}
 	if metadataOnly {
@@ -200,6 +208,156 @@ func (c *check) metadataWrite() Decision {
 	d := c.allowed()
 	d.Notice = c.unreadableNotice()
 	return d
+}
+
+// statusWriterWrite decides an UPDATE of a MultiClusterLease itself by a
+// status writer that is not a manager, once it is known to leave every
+// lease field and the designation as stored. The MultiClusterLease
+// controller adds its finalizer, and removes it once it has released the
+// global lock; nothing else of the object is its to change (I11, I1).
+// Another finalizer would keep the object from ever going (or, removed,
+// let it go before its owner is done), owner references hand it to the
+// garbage collector, and labels, annotations and generateName are the
+// managers' and their tools'.
+func (c *check) statusWriterWrite() Decision {
+	old, new := c.req.Old, c.req.New
+	inv, what := InvariantMetadata, ""
+	switch {
+	case !sameFinalizersBut(old.Finalizers, new.Finalizers, ControllerFinalizer):
+		what = "finalizers"
+	case old.OwnerReferences != new.OwnerReferences:
+		what = "ownerReferences"
+	case old.Labels != new.Labels:
+		inv, what = InvariantManager, "labels"
+	case old.Annotations != new.Annotations:
+		inv, what = InvariantManager, "annotations"
+	case old.GenerateName != new.GenerateName:
+		inv, what = InvariantManager, "generateName"
+	}
+	if what != "" {
+		return c.deny(inv, http.StatusForbidden, "may not change "+what+" of", StatusWriterHint)
+	}
+	return c.metadataWrite()
+}
+
+// StatusWriterHint is what a status writer's refusal says it may do to the
+// object itself.
+const StatusWriterHint = "status writers change only finalizer " + ControllerFinalizer
+
+// sameFinalizersBut reports whether two finalizer lists, as JSON text, hold
+// the same finalizers in the same order once every name is left out of
+// both. A list the API server wrote (compact, names without escapes) is
+// walked in place, so the controller's admitted write does not allocate;
+// anything else is decoded, and what is no list of strings differs.
+func sameFinalizersBut(a, b, name string) bool {
+	if a == b {
+		return true
+	}
+	x, okA := finalizerItems(a)
+	y, okB := finalizerItems(b)
+	if !okA || !okB {
+		return decodedFinalizersBut(a, b, name)
+	}
+	for {
+		var ex, ey string
+		ex, x = nextFinalizerBut(x, name)
+		ey, y = nextFinalizerBut(y, name)
+		if ex != ey {
+			return false
+		}
+		if ex == "" && x == "" && y == "" {
+			return true
+		}
+	}
+}
+
+// finalizerItems is the inside of a compact list of plain strings,
+// `"a","b"` for `["a","b"]` ("" for none), or false when the text is
+// anything else (escapes, other values, spaces).
+func finalizerItems(s string) (string, bool) {
+	if s == "" {
+		return "", true
+	}
+	if len(s) < 4 || !strings.HasPrefix(s, `["`) || !strings.HasSuffix(s, `"]`) || strings.ContainsAny(s, "\\ \t\r\n") {
+		return "", false
+	}
+	inner := s[1 : len(s)-1]
+	// Without escapes a name holds no quote: the items are exactly what
+	// lies between the quotes, separated by single commas.
+	for rest := inner; ; {
+		if len(rest) < 2 || rest[0] != '"' {
+			return "", false
+		}
+		end := strings.IndexByte(rest[1:], '"')
+		if end < 0 || end == 0 {
+			return "", false
+		}
+		rest = rest[end+2:]
+		if rest == "" {
+			return inner, true
+		}
+		if rest[0] != ',' {
+			return "", false
+		}
+		rest = rest[1:]
+	}
+}
+
+// nextFinalizerBut returns the next item of finalizerItems' text that is
+// not name ("" at the end) and the text after it.
+func nextFinalizerBut(items, name string) (string, string) {
+	for items != "" {
+		end := strings.IndexByte(items[1:], '"') + 1
+		item := items[1:end]
+		items = strings.TrimPrefix(items[end+1:], ",")
+		if item != name {
+			return item, items
+		}
+	}
+	return "", ""
+}
+
+// decodedFinalizersBut is sameFinalizersBut for texts that are not plain
+// compact lists.
+func decodedFinalizersBut(a, b, name string) bool {
+	list := func(s string) ([]string, bool) {
+		if s == "" {
+			return nil, true
+		}
+		var out []string
+		if json.Unmarshal([]byte(s), &out) != nil {
+			return nil, false
+		}
+		kept := out[:0]
+		for _, f := range out {
+			if f != name {
+				kept = append(kept, f)
+			}
+		}
+		return kept, true
+	}
+	x, okA := list(a)
+	y, okB := list(b)
+	return okA && okB && slices.Equal(x, y)
+}
+
+// deletion enforces I4 on a DELETE: deleting a live lease hands it to
+// whoever creates it next, so it is a release, open only to the lease's
+// holder (its pod under holderBinding pod, its user under username) or an
+// operator. Otherwise a sibling pod of the holder's manager, which shares
+// its service account, would delete the lease and create it again as its
+// own holder while the holder still leads. An expired lease, or one
+// without a holder, is anyone's to take, so anyone who passed I1, I9 and
+// I2 may delete it. An object already being deleted is judged alike: the
+// deletion was decided when it began; a later DELETE only adds the
+// garbage collector's finalizers.
+func (c *check) deletion() (Decision, bool) {
+	old := c.req.Old
+	if old == nil || old.Spec.Holder == "" || c.expired(old) || c.holdsLease(old.Spec.Holder) {
+		return Decision{}, true
+	}
+	return c.deny(InvariantFencing, http.StatusForbidden,
+		"may not delete the live lease of "+clip(old.Spec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(old)), false
 }
 
 // ownershipChanged reports whether an UPDATE changes the finalizers or the

@@ -239,11 +239,15 @@ func genericCases(res Resource) []decideCase {
 		want: denyMsg("auto", InvariantManager, i1auto)})
 
 	// --- status writer outside the status subresource (finalizer updates) ---
+	// A status writer's reach on the object itself is the MultiClusterLease
+	// controller's finalizer; a Lease has no such controller.
+	swNotManager := denyMsg("auto", InvariantManager, "leaseguard: rule auto: user:mcl-ctrl is not a manager of "+k+" team-auto/l (managers: user:mgr-*)")
 	add(decideCase{name: "status writer finalizer-only update", op: upd, caller: mclCtrl,
-		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a")), now: 10 * sec,
-		want: allow("auto")})
+		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), ctrlFinalizer()), now: 10 * sec,
+		want: swNotManager, mcl: ptr(allow("auto"))})
 	add(decideCase{name: "status writer by group finalizer-only update", op: upd, caller: mclGroup,
-		old: obj("team-auto"), new: obj("team-auto"), now: 10 * sec, want: allow("auto")})
+		old: obj("team-auto", ctrlFinalizer()), new: obj("team-auto"), now: 10 * sec,
+		want: denySub("auto", InvariantManager, "user:ctrl-2 is not a manager of "+k+" team-auto/l"), mcl: ptr(allow("auto"))})
 	add(decideCase{name: "status writer changing spec", op: upd, caller: mclCtrl,
 		old: obj("team-auto"), new: obj("team-auto", renewAt(10*sec)), now: 10 * sec,
 		want: denyMsg("auto", InvariantManager, "leaseguard: rule auto: user:mcl-ctrl is not a manager of "+k+" team-auto/l (managers: user:mgr-*)")})
@@ -491,6 +495,33 @@ func genericCases(res Resource) []decideCase {
 		new: obj("team-open", takeover(res, "h2", 10*sec)), now: 10 * sec, want: allow("open")})
 	add(decideCase{name: "I4 manager deletes a held lease", op: del, caller: mgrB,
 		old: obj("team-open"), now: 10 * sec, want: allow("open")})
+
+	// --- I4 on DELETE: deleting a live lease is releasing it ---
+	i4del := func(rule, ns, holder, caller, expires string) string {
+		return "leaseguard: rule " + rule + ": " + caller + " may not delete the live lease of " + holder + " on " + k + " " + ns + "/l (only the holder or an operator may; held until 2025-01-02T03:04:22Z, expires in " + expires + ")"
+	}
+	add(decideCase{name: "I4 pod deletes the live lease of another pod", op: del, caller: podA,
+		old: obj("team-pod", holder("other_uuid")), now: 10 * sec,
+		want: denyMsg("podbind", InvariantFencing, i4del("podbind", "team-pod", "other_uuid", "user:mgr-a", "7s"))})
+	add(decideCase{name: "I4 pod-less caller deletes a live lease", op: del, caller: mgrA,
+		old: obj("team-pod", holder("pod_uuid")), now: 10 * sec,
+		want: denyMsg("podbind", InvariantFencing, i4del("podbind", "team-pod", "pod_uuid", "user:mgr-a", "7s"))})
+	add(decideCase{name: "I4 holder's pod deletes its live lease", op: del, caller: podA,
+		old: obj("team-pod", holder("pod_uuid")), now: 10 * sec, want: allow("podbind")})
+	add(decideCase{name: "I4 pod deletes another pod's lease 1ns before expiry+skew", op: del, caller: podA,
+		old: obj("team-pod", holder("other_uuid")), now: 17*sec - 1,
+		want: denyMsg("podbind", InvariantFencing, i4del("podbind", "team-pod", "other_uuid", "user:mgr-a", "1s"))})
+	add(decideCase{name: "I4 pod deletes another pod's expired lease", op: del, caller: podA,
+		old: obj("team-pod", holder("other_uuid")), now: 17*sec + 1, want: allow("podbind")})
+	add(decideCase{name: "I4 pod deletes a released lease", op: del, caller: podA,
+		old: obj("team-pod", holder("")), now: 10 * sec, want: allow("podbind")})
+	add(decideCase{name: "I4 user deletes the live lease of another user", op: del, caller: mgrA,
+		old: obj("team-user", holder("user:mgr-b")), now: 10 * sec,
+		want: denyMsg("userbind", InvariantFencing, i4del("userbind", "team-user", "user:mgr-b", "user:mgr-a", "7s"))})
+	add(decideCase{name: "I4 user deletes its own live lease", op: del, caller: mgrA,
+		old: obj("team-user", holder("user:mgr-a")), now: 10 * sec, want: allow("userbind")})
+	add(decideCase{name: "I4 operator deletes another's live lease", op: del, caller: opUser,
+		old: obj("team-auto", desig("user:mgr-a"), holder("someone")), now: 10 * sec, want: allow("auto")})
 
 	// --- I5 holder binding ---
 	i5pod := func(h string) string {
@@ -920,7 +951,10 @@ func mclOnlyCases() []decideCase {
 	add(decideCase{name: "kcc-mcl controller writes status", op: upd, sub: st, caller: kccMCLCtrl,
 		old: kcc(desig(a)), new: kcc(desig(a)), now: 5 * sec, want: allow("kcc-mcl")})
 	add(decideCase{name: "kcc-mcl controller adds its finalizer", op: upd, caller: kccMCLCtrl,
-		old: kcc(desig(a)), new: kcc(desig(a)), now: 5 * sec, want: allow("kcc-mcl")})
+		old: kcc(desig(a)), new: kcc(desig(a), ctrlFinalizer()), now: 5 * sec, want: allow("kcc-mcl")})
+	add(decideCase{name: "kcc-mcl controller replaces the finalizers", op: upd, caller: kccMCLCtrl,
+		old: kcc(desig(a), func(o *Object) { o.Finalizers = `["example.com/mine"]` }), new: kcc(desig(a), func(o *Object) { o.Finalizers = `["example.com/never-released"]` }), now: 5 * sec,
+		want: denyMsg("kcc-mcl", InvariantMetadata, "leaseguard: rule kcc-mcl: system:serviceaccount:multiclusterlease-system:default may not change finalizers of multiclusterlease cnrm-system/kcc-leader (status writers change only finalizer multiclusterlease.core.cnrm.cloud.google.com/finalizer)")})
 	add(decideCase{name: "kcc-mcl controller changes spec", op: upd, caller: kccMCLCtrl,
 		old: kcc(desig(a)), new: kcc(desig(a), holder("forged")), now: 5 * sec,
 		want: denyMsg("kcc-mcl", InvariantManager, "leaseguard: rule kcc-mcl: system:serviceaccount:multiclusterlease-system:default is not a manager of multiclusterlease cnrm-system/kcc-leader (managers: system:serviceaccount:cnrm-system:cnrm-controller-manager-*)")})

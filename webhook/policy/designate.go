@@ -79,7 +79,7 @@ func Coalesce(p *Policy, req *Request) bool {
 		return false
 	}
 	advance := new.Spec.RenewTime.Sub(old.Spec.RenewTime)
-	if advance < 0 || advance >= rule.coalesceInterval {
+	if advance <= 0 || advance >= rule.coalesceInterval {
 		return false
 	}
 	// By the server's clock, the stored lease must outlive the coalescing
@@ -226,15 +226,17 @@ func IdentityChange(req *Request) bool {
 
 // FailClosed reports whether the fail-closed webhook decides req, which the
 // fail-open one then leaves alone: every identity change (IdentityChange),
+// every write that is not a renewal harmless unchecked (HarmlessRenewal),
 // and every other write to a lease a rule selects by someone who is not the
 // rule's rightful renewer of it (another manager, a sibling pod, a
-// stranger). Only the rightful renewer's renewals and metadata writes flow
-// while leaseguard is down (docs/security.md). The generated CEL decides
-// the same; where it cannot say who the rightful renewer is (a bind template
-// with several captures), every plain renewal is left to the fail-open
-// webhook, and so here.
+// stranger). Only the rightful renewer's plain renewals flow while
+// leaseguard is down (docs/security.md). The generated CEL decides the
+// same, for the writes it sends at all (a write that changes nothing the
+// API server stores goes to neither); where it cannot say who the
+// rightful renewer is (a bind template with several captures), every
+// harmless renewal is left to the fail-open webhook, and so here.
 func FailClosed(p *Policy, req *Request) bool {
-	if IdentityChange(req) || RenewTimeAhead(p, req) {
+	if IdentityChange(req) || !HarmlessRenewal(p, req) {
 		return true
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
@@ -249,19 +251,51 @@ func FailClosed(p *Policy, req *Request) bool {
 	return !rule.rightfulRenewer(&req.Caller, req.Old)
 }
 
-// RenewTimeAhead reports whether an UPDATE moves renewTime more than the
-// clock skew ahead of the server clock. Stored unchecked, such a renewal
-// would hold the lease until that time and make its holder's next renewals
-// go backwards: it must never pass while leaseguard is down, so it goes to
-// the fail-closed webhook (FailClosed), which refuses it (I7). The
-// generated CEL reads the server clock from the managedFields stamp of the
-// write.
-func RenewTimeAhead(p *Policy, req *Request) bool {
-	if req.Operation != Update || req.Old == nil || req.New == nil || req.New.Spec.RenewTime.IsZero() ||
-		req.New.Spec.RenewTime.Equal(req.Old.Spec.RenewTime) {
+// HarmlessRenewal reports whether an UPDATE that keeps every identity
+// field (IdentityChange) is a renewal that harms nobody if it is stored
+// unchecked, as the fail-open webhook's writes are while leaseguard is
+// down: renewTime moves (never cleared) to within the clock skew of the
+// server clock, in the one form typed clients read: ahead, it would hold
+// the lease until then; behind, the lease would read as expired, and
+// anyone would take it the moment leaseguard is back. (Bounded by the
+// clock, not the stored value, so that repeated writes cannot walk it
+// back, while renewals that cross on their way, milliseconds apart, still
+// flow.) And no managedFields entry is added or
+// re-dated but the one the API server stamps for this write, the entry
+// that owns renewTime (a planted time would serve later writes as the
+// server's clock). Everything else goes to the fail-closed webhook, a
+// write that changes labels or annotations too. (The view holds no
+// generateName of an UPDATE: the generated CEL also sends a write that
+// changes it to the fail-closed webhook.)
+func HarmlessRenewal(p *Policy, req *Request) bool {
+	if req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return false
 	}
-	return req.New.Spec.RenewTime.After(req.Now.Add(p.ClockSkew))
+	old, new := req.Old, req.New
+	if old.Labels != new.Labels || old.Annotations != new.Annotations {
+		return false
+	}
+	for _, o := range [...]*Object{old, new} {
+		if o.Spec.RenewTime.IsZero() || o.unreadable("spec.renewTime") != nil || o.untyped("spec.renewTime") != nil {
+			return false
+		}
+	}
+	if new.Spec.RenewTime.Equal(old.Spec.RenewTime) || new.Spec.RenewTime.After(req.Now.Add(p.ClockSkew)) ||
+		new.Spec.RenewTime.Before(req.Now.Add(-p.ClockSkew)) {
+		return false
+	}
+	stamped := false
+	for i := range new.ManagedTimes {
+		m := &new.ManagedTimes[i]
+		if m.RenewWriter {
+			stamped = true
+			continue
+		}
+		if !storedStamp(old, m) {
+			return false
+		}
+	}
+	return stamped
 }
 
 // RenewerExpressible reports whether the rule's rightful renewer can be

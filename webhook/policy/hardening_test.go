@@ -102,6 +102,32 @@ func hardCases(res Resource) []hardCase {
 		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(30*sec)), now: 30 * sec,
 		want: want{verdict: Allow, rule: "hard"}})
 
+	// I4: a DELETE of a live lease releases it for whoever creates it next
+	// (issue 36): the same rule as a release.
+	add(hardCase{name: "sibling pod deletes the live lease of another", op: del, caller: podA2,
+		old: in(res, "hard"), now: 2 * sec,
+		want: denyMsg("hard", InvariantFencing, "leaseguard: rule hard: user:mgr-a may not delete the live lease of pod_1 on "+k+" hard/l (only the holder or an operator may; held until 2025-01-02T03:04:22Z, expires in 15s)")})
+	add(hardCase{name: "sibling pod deletes the live lease of another as a dry run", op: del, caller: podA2, dryRun: true,
+		old: in(res, "hard"), now: 2 * sec,
+		want: denySub("hard", InvariantFencing, " may not delete the live lease of pod_1 on ")})
+	add(hardCase{name: "holder's pod deletes its live lease", op: del, caller: podA,
+		old: in(res, "hard"), now: 2 * sec, want: allow("hard")})
+	add(hardCase{name: "operator deletes a live lease", op: del, caller: op,
+		old: in(res, "hard"), now: 2 * sec, want: allow("hard")})
+	add(hardCase{name: "sibling pod deletes an expired lease", op: del, caller: podA2,
+		old: in(res, "hard"), now: 30 * sec, want: allow("hard")})
+	add(hardCase{name: "sibling pod deletes a released lease", op: del, caller: podA2,
+		old: in(res, "hard", holder("")), now: 2 * sec, want: allow("hard")})
+	add(hardCase{name: "another manager's pod deletes: the designation decides first", op: del, caller: podB,
+		old: in(res, "hard"), now: 2 * sec,
+		want: denyMsg("hard", InvariantDesignatedWriter, "leaseguard: rule hard: user:mgr-b is not the designated manager of "+k+" hard/l (designated: user:mgr-a, stale in 15s)")})
+	add(hardCase{name: "status writer deletes a live lease", op: del, caller: ctrl,
+		old: in(res, "hard", finalizers(`[`+`"`+ControllerFinalizer+`"`+`]`)), now: 2 * sec,
+		want: denySub("hard", InvariantManager, "user:mcl-ctrl is not a manager of "+k+" hard/l")})
+	add(hardCase{name: "unreadable stored renewTime: a sibling's delete is judged by the stored write", op: del, caller: podA2,
+		old: in(res, "hard", unreadableRenewTime(`"yesterday"`), renewWrite(-5*sec)), now: 2 * sec,
+		want: denySub("hard", InvariantFencing, " may not delete the live lease of pod_1 on "+k+" hard/l (only the holder or an operator may; held until 2025-01-02T03:04:17Z, expires in 10s)")})
+
 	// I10: bounds on the declared durations.
 	add(hardCase{name: "lease duration beyond the maximum", op: upd, caller: podA,
 		old: in(res, "hard"), new: in(res, "hard", leaseDur(math.MaxInt32*sec), renewAt(6*sec)), now: 6 * sec,
@@ -150,17 +176,57 @@ func hardCases(res Resource) []hardCase {
 		old: in(res, "hard"), new: in(res, "hard"), now: 1 * sec, want: allow("hard")})
 	add(hardCase{name: "designated manager adds a finalizer", op: upd, caller: podA,
 		old: in(res, "hard"), new: in(res, "hard", finalizers(`["x"]`)), now: 1 * sec, want: allow("hard")})
-	add(hardCase{name: "status writer manages its finalizer", op: upd, caller: ctrl,
-		old: in(res, "hard"), new: in(res, "hard", finalizers(`["multiclusterlease.core.cnrm.cloud.google.com/finalizer"]`)), now: 1 * sec, want: allow("hard")})
+	// The status writer (the MultiClusterLease controller) adds and removes
+	// its own finalizer, and changes nothing else of the object (issue 41).
+	own, mine := `"`+ControllerFinalizer+`"`, `"example.com/mine"`
+	swRefused := func(inv Invariant, what string) want {
+		if res == Leases {
+			return denyMsg("hard", InvariantManager, "leaseguard: rule hard: user:mcl-ctrl is not a manager of lease hard/l (managers: user:mgr-*)")
+		}
+		return denyMsg("hard", inv, "leaseguard: rule hard: user:mcl-ctrl may not change "+what+" of multiclusterlease hard/l (status writers change only finalizer "+ControllerFinalizer+")")
+	}
+	swAdmitted := allow("hard")
+	if res == Leases {
+		swAdmitted = swRefused("", "")
+	}
+	add(hardCase{name: "status writer adds its finalizer", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`[`+own+`]`)), now: 1 * sec, want: swAdmitted})
+	add(hardCase{name: "status writer adds its finalizer after the designated manager's", op: upd, caller: ctrl,
+		old: in(res, "hard", finalizers(`[`+mine+`]`)), new: in(res, "hard", finalizers(`[`+mine+`,`+own+`]`)), now: 1 * sec, want: swAdmitted})
+	add(hardCase{name: "status writer removes its finalizer and keeps the designated manager's", op: upd, caller: ctrl,
+		old: in(res, "hard", finalizers(`[`+own+`,`+mine+`]`)), new: in(res, "hard", finalizers(`[`+mine+`]`)), now: 1 * sec, want: swAdmitted})
+	add(hardCase{name: "status writer replaces the finalizers", op: upd, caller: ctrl,
+		old: in(res, "hard", finalizers(`[`+mine+`]`)), new: in(res, "hard", finalizers(`["example.com/never-released"]`)), now: 1 * sec,
+		want: swRefused(InvariantMetadata, "finalizers")})
+	add(hardCase{name: "status writer drops every finalizer", op: upd, caller: ctrl,
+		old: in(res, "hard", finalizers(`[`+own+`,`+mine+`]`)), new: in(res, "hard"), now: 1 * sec,
+		want: swRefused(InvariantMetadata, "finalizers")})
+	add(hardCase{name: "status writer adds another finalizer beside its own", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`[`+own+`,"example.com/never-released"]`)), now: 1 * sec,
+		want: swRefused(InvariantMetadata, "finalizers")})
+	add(hardCase{name: "status writer reorders the other finalizers", op: upd, caller: ctrl,
+		old: in(res, "hard", finalizers(`["a.io/x","b.io/y"]`)), new: in(res, "hard", finalizers(`["b.io/y","a.io/x"]`)), now: 1 * sec,
+		want: swRefused(InvariantMetadata, "finalizers")})
 	add(hardCase{name: "status writer adds an owner reference", op: upd, caller: ctrl,
 		old: in(res, "hard"), new: in(res, "hard", ownerRefs(`[{"name":"x"}]`)), now: 1 * sec,
-		want: denySub("hard", InvariantManager, " is not a manager of ")})
+		want: swRefused(InvariantMetadata, "ownerReferences")})
+	add(hardCase{name: "status writer labels the object", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", func(o *Object) { o.Labels = `{"team":"ctrl"}` }), now: 1 * sec,
+		want: swRefused(InvariantManager, "labels")})
+	add(hardCase{name: "status writer annotates the object beside its finalizer", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`[`+own+`]`), func(o *Object) { o.Annotations = `{"x":"y"}` }), now: 1 * sec,
+		want: swRefused(InvariantManager, "annotations")})
+	add(hardCase{name: "status writer sets generateName", op: upd, caller: ctrl,
+		old: in(res, "hard"), new: in(res, "hard", func(o *Object) { o.GenerateName = "x-" }), now: 1 * sec,
+		want: swRefused(InvariantManager, "generateName")})
 
 	// Stored objects leaseguard cannot read never block operators, status
 	// writers or deletion, and the holder renews.
 	garbled := unreadableRenewTime(`"yesterday"`)
-	add(hardCase{name: "unreadable stored renewTime: status writer removes its finalizer", op: upd, caller: ctrl,
-		old: in(res, "hard", garbled, finalizers(`["f"]`)), new: in(res, "hard", garbled), now: 1 * sec, want: allow("hard"), notice: "unreadable spec.renewTime"})
+	if res == MultiClusterLeases {
+		add(hardCase{name: "unreadable stored renewTime: status writer removes its finalizer", op: upd, caller: ctrl,
+			old: in(res, "hard", garbled, finalizers(`[`+own+`]`)), new: in(res, "hard", garbled), now: 1 * sec, want: allow("hard"), notice: "unreadable spec.renewTime"})
+	}
 	add(hardCase{name: "unreadable stored renewTime: operator deletes", op: del, caller: op,
 		old: in(res, "hard", garbled), now: 1 * sec, want: allow("hard")})
 	add(hardCase{name: "unreadable stored renewTime: holder renews", op: upd, caller: podA,
@@ -312,12 +378,12 @@ func TestFailClosed(t *testing.T) {
 	p := mustCompile(t, hardPolicy)
 	write := func(ns string, caller Caller, opts ...objOpt) *Request {
 		old := in(Leases, ns)
-		nw := in(Leases, ns, append([]objOpt{renewAt(2 * sec)}, opts...)...)
+		nw := in(Leases, ns, append([]objOpt{renewAt(2 * sec), stampedAt(2 * sec)}, opts...)...)
 		return &Request{Resource: Leases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
 	}
 	mclWrite := func(ns string, caller Caller, opts ...objOpt) *Request {
 		old := in(MultiClusterLeases, ns)
-		nw := in(MultiClusterLeases, ns, append([]objOpt{renewAt(2 * sec)}, opts...)...)
+		nw := in(MultiClusterLeases, ns, append([]objOpt{renewAt(2 * sec), stampedAt(2 * sec)}, opts...)...)
 		return &Request{Resource: MultiClusterLeases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
 	}
 	deleted := write("hard", podA)
@@ -346,6 +412,25 @@ func TestFailClosed(t *testing.T) {
 		{"multiclusterlease: another manager's pod is not the holder's", mclWrite("hard", podB), true},
 		{"multiclusterlease: a stranger renews", mclWrite("coalesce", stranger), true},
 		{"multiclusterlease: another manager changes the holder", mclWrite("coalesce", mgrB, holder("pod_2")), true},
+		// Only a renewal harmless unchecked rides the fail-open route
+		// (fourth and fifth attack rounds): stored while leaseguard is
+		// down, anything else could lock, backdate or brick the lease.
+		{"multiclusterlease: a renewal that moves renewTime backwards, far behind the clock", mclWrite("coalesce", mgrB, renewAt(-time.Hour)), true},
+		{"multiclusterlease: renewals that crossed on their way (a millisecond behind the stored one)", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
+			Old: in(MultiClusterLeases, "coalesce", renewAt(2*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(2*sec-time.Millisecond), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, false},
+		{"multiclusterlease: a renewal more than the skew behind the clock", mclWrite("coalesce", mgrB, renewAt(-sec-time.Millisecond)), true},
+		{"the holder's renewal that moves renewTime backwards", write("hard", podA, renewAt(-time.Hour)), true},
+		{"the holder's renewal that clears renewTime", write("hard", podA, noRenew()), true},
+		{"multiclusterlease: a renewal ahead of the clock", mclWrite("coalesce", mgrB, renewAt(5*sec)), true},
+		{"multiclusterlease: a renewTime typed clients cannot read", mclWrite("coalesce", mgrB, func(o *Object) {
+			o.Untyped = []Unreadable{{Field: "spec.renewTime", Raw: `"x"`}}
+		}), true},
+		{"multiclusterlease: a renewal that re-dates another managedFields entry", mclWrite("coalesce", mgrB, func(o *Object) {
+			o.ManagedTimes = append(o.ManagedTimes, ManagedTime{Key: "controller\nUpdate\nstatus\nv1", Raw: "2100-01-01T00:00:00Z"})
+		}), true},
+		{"multiclusterlease: a renewal that also writes a label", mclWrite("coalesce", mgrB, func(o *Object) { o.Labels = `{"seen-by":"b"}` }), true},
+		{"multiclusterlease: a renewal with no entry owning renewTime", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
+			Old: in(MultiClusterLeases, "coalesce"), New: in(MultiClusterLeases, "coalesce", renewAt(2*sec)), Now: t0.Add(2 * sec)}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -409,7 +494,7 @@ func TestAcknowledge(t *testing.T) {
 `)
 	renewal := func(res Resource, ns string, caller Caller, at time.Duration, opts ...objOpt) *Request {
 		old := in(res, ns)
-		nw := in(res, ns, append([]objOpt{renewAt(at)}, opts...)...)
+		nw := in(res, ns, append([]objOpt{renewAt(at), stampedAt(at)}, opts...)...)
 		return &Request{Resource: res, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(at)}
 	}
 	untyped := func(o *Object) { o.Untyped = []Unreadable{{Field: "spec.renewTime", Raw: `"x"`}} }

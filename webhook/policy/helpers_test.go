@@ -91,6 +91,17 @@ func holder(h string) objOpt { return func(o *Object) { o.Spec.Holder = h } }
 // renewAt sets renewTime to t0+d.
 func renewAt(d time.Duration) objOpt { return func(o *Object) { o.Spec.RenewTime = t0.Add(d) } }
 
+// stampedAt gives the object the managedFields entry that owns renewTime,
+// dated t0+d (whole seconds): the API server's stamp of the write that
+// moved renewTime.
+func stampedAt(d time.Duration) objOpt {
+	return func(o *Object) {
+		ts := t0.Add(d).UTC().Truncate(time.Second)
+		o.ManagedTimes = append(o.ManagedTimes, ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
+		o.RenewWrite = ts
+	}
+}
+
 func noRenew() objOpt { return func(o *Object) { o.Spec.RenewTime = time.Time{} } }
 
 func noAcquire() objOpt { return func(o *Object) { o.Spec.AcquireTime = time.Time{} } }
@@ -112,6 +123,14 @@ func renewDeadline(d time.Duration) objOpt { return func(o *Object) { o.Spec.Ren
 
 // createdAt sets the creation timestamp to t0+d.
 func createdAt(d time.Duration) objOpt { return func(o *Object) { o.CreationTimestamp = t0.Add(d) } }
+
+// ctrlFinalizer gives the object the MultiClusterLease controller's
+// finalizer.
+func ctrlFinalizer() objOpt {
+	return func(o *Object) { o.Finalizers = `["` + ControllerFinalizer + `"]` }
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // desig sets the designation annotation to u.
 func desig(u string) objOpt {

@@ -42,14 +42,22 @@ func clip(s string) string {
 		}
 		s = s[:cut]
 	}
-	if strings.IndexFunc(s, notPrintable) >= 0 || !utf8.ValidString(s) {
-		q := strconv.Quote(s)
-		s = q[1 : len(q)-1]
-	}
+	s = escape(s)
 	if len(s) <= maxValue {
 		return s
 	}
 	return truncate(s, maxValue)
+}
+
+// escape writes a value that holds a character that does not print as
+// itself as Go quotes it, without the quotes: the whole value, so that a
+// backslash in it reads unambiguously (\\) beside the escapes.
+func escape(s string) string {
+	if strings.IndexFunc(s, notPrintable) >= 0 || !utf8.ValidString(s) {
+		q := strconv.Quote(s)
+		return q[1 : len(q)-1]
+	}
+	return s
 }
 
 // notPrintable reports runes that do not print as themselves: control and
@@ -59,6 +67,15 @@ func notPrintable(r rune) bool { return !strconv.IsPrint(r) || unicode.Is(unicod
 // Clip makes a client-chosen value safe for one line of a message or a log:
 // escaped as in a denial message, and cut to a bounded length.
 func Clip(s string) string { return clip(s) }
+
+// Escape makes a client-chosen value safe to print as Clip does, without
+// cutting it: for displays that bound what they show themselves, by width
+// on the escaped text (leaseguard top's tables). No control, format or
+// bidirectional character reaches a terminal through it.
+func Escape(s string) string { return escape(s) }
+
+// Printable reports whether r prints as itself: what Escape leaves as is.
+func Printable(r rune) bool { return !notPrintable(r) }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {

@@ -43,6 +43,12 @@ const StatusSubresource = "status"
 // manager designated to write it (docs/design.md §3).
 const DesignationAnnotation = "leaseguard.io/designated-manager"
 
+// ControllerFinalizer is the finalizer the MultiClusterLease controller
+// adds to a MultiClusterLease and removes once it has released the global
+// lock (docs/design.md §2): the one thing of the object a status writer
+// that is not a manager may change (I11).
+const ControllerFinalizer = "multiclusterlease.core.cnrm.cloud.google.com/finalizer"
+
 // PodNameExtra is the user-info extra a bound service-account token carries
 // with the name of the pod it was issued to.
 const PodNameExtra = "authentication.kubernetes.io/pod-name"
@@ -86,6 +92,13 @@ type Object struct {
 	// only asks whether a write changes them (I11).
 	Finalizers      string
 	OwnerReferences string
+	// Labels and Annotations are those maps' JSON text (past 4 KiB, their
+	// length and SHA-256), "" when absent or empty: the core only asks
+	// whether a status writer's write changes them (I1, I11: the
+	// MultiClusterLease controller changes nothing of the object but its
+	// own finalizer).
+	Labels      string
+	Annotations string
 	// RenewWrite is when the API server stored the last write of
 	// spec.renewTime: the time of the managedFields entry that owns that
 	// field, which the server stamps itself (whole seconds). Zero when no
@@ -124,6 +137,10 @@ type ManagedTime struct {
 	// Raw is the time as written; Time is zero when it is not a time.
 	Raw  string
 	Time time.Time
+	// RenewWriter marks the main resource's entry that owns
+	// spec.renewTime: after a write that moves renewTime, the API server's
+	// stamp of that write (HarmlessRenewal).
+	RenewWriter bool
 }
 
 // Unreadable is a field that could not be read, with its JSON text.
@@ -138,6 +155,16 @@ func (o *Object) unreadable(field string) *Unreadable {
 	for i := range o.Unreadable {
 		if o.Unreadable[i].Field == field {
 			return &o.Unreadable[i]
+		}
+	}
+	return nil
+}
+
+// untyped returns the Untyped entry for field, or nil.
+func (o *Object) untyped(field string) *Unreadable {
+	for i := range o.Untyped {
+		if o.Untyped[i].Field == field {
+			return &o.Untyped[i]
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ type RuleView struct {
 	HolderBinding HolderBinding
 	// CoalesceInterval is zero when the rule does not coalesce renewals.
 	CoalesceInterval time.Duration
+
 	MaxLeaseDuration time.Duration
 	Enforcement      Enforcement
 	// MinRenewInterval is the fixed minimum renewal interval (zero: no

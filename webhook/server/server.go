@@ -183,7 +183,10 @@ func Run(ctx context.Context, o Options) error {
 		if o.MetricsAuth == nil {
 			g.Go(func() error { return serveHTTP(ctx, o.MetricsBindAddress, mux, nil) })
 		} else {
-			handler, tlsConfig, watch, err := secureMetrics(o.MetricsAuth, o.Certs, mux, log.WithName("metrics"))
+			if err := rec.MetricsAuth(reg); err != nil {
+				return fmt.Errorf("registering metrics: %w", err)
+			}
+			handler, tlsConfig, watch, err := secureMetrics(o.MetricsAuth, o.Certs, mux, []string{"/metrics", leasestats.Path}, rec, log.WithName("metrics"))
 			if err != nil {
 				return err
 			}
@@ -224,10 +227,10 @@ func serveProbes(ctx context.Context, addr string, srv *webhookServer) error {
 }
 
 // secureMetrics puts h behind token authentication and authorization by
-// cfg's API server (withTokenAuth) and returns the TLS it is served with
-// (certs.ScrapeTLS) and its certificate watcher.
-func secureMetrics(cfg *rest.Config, src certs.Source, h http.Handler, log logr.Logger) (http.Handler, *tls.Config, func(context.Context) error, error) {
-	secured, err := withTokenAuth(cfg, h, log)
+// cfg's API server (withTokenAuth; only paths are served) and returns the
+// TLS it is served with (certs.ScrapeTLS) and its certificate watcher.
+func secureMetrics(cfg *rest.Config, src certs.Source, h http.Handler, paths []string, rec *metrics.Recorder, log logr.Logger) (http.Handler, *tls.Config, func(context.Context) error, error) {
+	secured, err := withTokenAuth(cfg, h, paths, rec, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("metrics authentication: %w", err)
 	}

@@ -113,6 +113,9 @@ func Render(p *policy.Policy, o Options) (*Rendered, error) {
 	for i := range rules {
 		for _, res := range rules[i].Resources {
 			pol, binding := g.vap(i, res, p.ClockSkew, o.StaticMessages)
+			if err := checkLimits(rules[i].Name, pol); err != nil {
+				return nil, err
+			}
 			out.Policies = append(out.Policies, pol)
 			out.Bindings = append(out.Bindings, binding)
 		}
@@ -137,6 +140,10 @@ func limits(r *policy.RuleView, o Options) []Limit {
 			"nothing stamps the designation (that is leaseguard's mutating webhook): it is recorded only when a manager sets the annotation itself, and while none is recorded every manager writes")
 		add(policy.InvariantDesignatedWriter, "designation: auto", Partial,
 			"a DELETE carries no server clock: another manager's delete is refused while a designation is recorded, even once it is stale")
+	}
+	if r.HolderBinding != policy.HolderBindingNone {
+		add(policy.InvariantFencing, "holderBinding", Partial,
+			"a DELETE carries no server clock: a delete of a lease with a holder by anyone but its holder is refused even once the lease has expired (its holder or an operator deletes it)")
 	}
 	if r.Designation != policy.DesignationNone && slices.Contains(r.Resources, policy.MultiClusterLeases) {
 		add(policy.InvariantDesignatedWriter, "designation", Partial,
@@ -179,7 +186,7 @@ func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMe
 		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: rule})
 	}
 	conds := append(manifests.ControlPlaneConditions(),
-		admissionregistrationv1.MatchCondition{Name: "selected-by-rule", Expression: celexpr.SelectsFirst(g.rules, i)},
+		admissionregistrationv1.MatchCondition{Name: "selected-by-rule", Expression: g.selectsFirst(i)},
 		admissionregistrationv1.MatchCondition{Name: "changes-something", Expression: celexpr.Not(noopInOnePass())},
 	)
 	if len(r.Operators) > 0 {
@@ -218,6 +225,63 @@ func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMe
 		},
 	}
 	return pol, binding
+}
+
+// selectsFirst renders "rule i is the first rule to select the object" as
+// celexpr.SelectsFirst does while that fits the API server's limits
+// (manifests.ExpressionBudget); past them, the same selection written
+// compactly: lists as `in` tests, and the rule's own namespaces left to
+// the policy's namespaceSelector where it lists them. An admission policy
+// decides what it selects by itself, so its selection is never broadened:
+// what still does not fit is Render's error.
+func (g *generator) selectsFirst(i int) string {
+	exact := celexpr.SelectsFirst(g.rules, i)
+	if len([]rune(exact)) <= manifests.ExpressionBudget {
+		return exact
+	}
+	r := &g.rules[i]
+	own := celexpr.NamespacesOf(r)
+	if manifests.SelectorListsNamespaces([]policy.RuleView{*r}) {
+		own = "true"
+	}
+	parts := []string{celexpr.SelectsCompact(r, own)}
+	for j := 0; j < i; j++ {
+		if sharesResource(r, &g.rules[j]) {
+			parts = append(parts, celexpr.Not(celexpr.SelectsCompact(&g.rules[j], celexpr.NamespacesOf(&g.rules[j]))))
+		}
+	}
+	return celexpr.And(parts...)
+}
+
+func sharesResource(a, b *policy.RuleView) bool {
+	for _, x := range a.Resources {
+		if slices.Contains(b.Resources, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLimits returns an error naming the rule, the policy and the limit
+// when an expression of pol is one the API server would refuse.
+func checkLimits(rule string, pol *admissionregistrationv1.ValidatingAdmissionPolicy) error {
+	var exprs []manifests.Expression
+	for _, c := range pol.Spec.MatchConditions {
+		exprs = append(exprs, manifests.Expression{Where: "condition " + c.Name, Text: c.Expression})
+	}
+	for _, v := range pol.Spec.Variables {
+		exprs = append(exprs, manifests.Expression{Where: "variable " + v.Name, Text: v.Expression})
+	}
+	for k, v := range pol.Spec.Validations {
+		exprs = append(exprs, manifests.Expression{Where: fmt.Sprintf("validation %d", k), Text: v.Expression})
+		if v.MessageExpression != "" {
+			exprs = append(exprs, manifests.Expression{Where: fmt.Sprintf("validation %d messageExpression", k), Text: v.MessageExpression})
+		}
+	}
+	if err := manifests.CheckExpressions(exprs); err != nil {
+		return fmt.Errorf("rule %s: validatingadmissionpolicy %s does not fit the API server's limits: %w", rule, pol.Name, err)
+	}
+	return nil
 }
 
 // noopInOnePass is noop() with managedFields compared entry by entry in

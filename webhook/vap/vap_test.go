@@ -126,6 +126,7 @@ func TestVAPLimitsOfTheSample(t *testing.T) {
 		"kcc-mcl unsupported I6 minRenewInterval",
 		"kcc-mcl partial I2 backOffLosers",
 		"kcc-mcl unsupported  coalesceRenewals",
+		"kcc-namespace-leases partial I4 holderBinding",
 		"kcc-namespace-leases unsupported I6 minRenewInterval",
 		"kcc-namespace-leases unsupported  coalesceRenewals",
 	}
@@ -169,7 +170,8 @@ func TestVAPBindWithSeveralCaptures(t *testing.T) {
 	}
 }
 
-// The benchmark's policy: one bind rule, nothing the policies cannot do.
+// The benchmark's policy: one bind rule, nothing the policies cannot do
+// but judge a DELETE by the clock.
 func TestVAPOneBindRule(t *testing.T) {
 	r := renderVAP(t, head+`- name: bound
   resources: [leases]
@@ -179,7 +181,7 @@ func TestVAPOneBindRule(t *testing.T) {
     lease: "leader-{id}"
   holderBinding: pod
 `, Defaults())
-	if len(r.Policies) != 1 || len(r.Bindings) != 1 || len(r.Limits) != 0 || r.Coalescing != nil {
+	if len(r.Policies) != 1 || len(r.Bindings) != 1 || !slices.Equal(limitStrings(r.Limits), []string{"bound partial I4 holderBinding"}) || r.Coalescing != nil {
 		t.Fatalf("policies %d, bindings %d, limits %v", len(r.Policies), len(r.Bindings), limitStrings(r.Limits))
 	}
 	if got := variable(r.Policies[0], "boundLease"); !strings.Contains(got, `"leader-" + variables.user.substring(36)`) {

@@ -199,6 +199,9 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	}
 	add("ownerReferencesSame", "request.operation == 'UPDATE' && object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([])")
 	add("ownershipChanged", "request.operation == 'UPDATE' && !("+v("ownerReferencesSame")+" && object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]))")
+	if !c.lease() {
+		add("writerChange", c.writerChange())
+	}
 
 	// The server's clock, from managedFields (docs/vap.md, "The clock").
 	c.clockVariables(add)
@@ -225,6 +228,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add("designationFailure", c.designationFailure())
 	add("designatedFailure", c.designatedFailure())
 	add("fencingFailure", c.fencingFailure())
+	add("deleteFailure", c.deleteFailure())
 	add("holderFailure", c.holderFailure())
 	add("boundsFailure", c.boundsFailure())
 	add("timesFailure", c.timesFailure())
@@ -318,7 +322,9 @@ func (c *vapCEL) clockVariables(add func(name, expr string)) {
 	// stamp: none may lie ahead of the clock.
 	add("storedStamps", celexpr.Ternary("!("+update+")", "{}",
 		managedFields("oldObject")+".filter(m, "+managedTimeOK(timeOf)+").transformMapEntry(i, m, {"+entryKey("m")+": m.time})"))
-	add("clockRewritten", celexpr.Ternary(update, managedFields("object"), "[]")+
+	// A create is held to the same: the API server keeps the entries a
+	// create sends too (its clock there is creationTimestamp).
+	add("clockRewritten", celexpr.Ternary("("+update+" || request.operation == 'CREATE') && "+v("now")+".hasValue()", managedFields("object"), "[]")+
 		".exists(m, "+managedTimeOK(timeOf)+" && "+v("storedStamps")+"[?"+entryKey("m")+"].orValue('') != m.time && timestamp(m.time) > "+tv(v("now"))+" + "+c.skewDuration()+")")
 }
 
@@ -384,6 +390,9 @@ const (
 	codeTransHeld       = "I4-transitions-held"
 	codeHolder          = "I4-holder"
 	codeRelease         = "I4-release"
+	codeDelete          = "I4-delete"
+	codeWriterOwnership = "I11-status-writer"
+	codeWriterMetadata  = "I1-status-writer"
 	codeTransRelease    = "I4-transitions-release"
 	codeCount           = "I4-count"
 	codeAcquire         = "I4-acquire"
@@ -461,6 +470,39 @@ func (c *vapCEL) designatedFailure() string {
 		return celexpr.Ternary(celexpr.Or("oldObject == null", old+" == ''", old+" == "+user, v("stale")), "''", code(codeAuto))
 	}
 	return "''"
+}
+
+// writerChange is policy's statusWriterWrite: what of a MultiClusterLease
+// itself an UPDATE by a status writer changes beyond the
+// MultiClusterLease controller's own finalizer (empty for nothing), in the
+// webhook's order. The API server keeps finalizers in the order written,
+// so the other finalizers compare as lists.
+func (c *vapCEL) writerChange() string {
+	own := celexpr.Quote(policy.ControllerFinalizer)
+	others := func(obj string) string {
+		return obj + ".metadata.?finalizers.orValue([]).filter(f, f != " + own + ")"
+	}
+	differs := func(field, zero string) string {
+		return "object.metadata.?" + field + ".orValue(" + zero + ") != oldObject.metadata.?" + field + ".orValue(" + zero + ")"
+	}
+	return celexpr.Ternary("request.operation != 'UPDATE'", "''",
+		celexpr.Ternary(others("object")+" != "+others("oldObject"), lit("finalizers"),
+			celexpr.Ternary("!"+v("ownerReferencesSame"), lit("ownerReferences"),
+				celexpr.Ternary(differs("labels", "{}"), lit("labels"),
+					celexpr.Ternary(differs("annotations", "{}"), lit("annotations"),
+						celexpr.Ternary(differs("generateName", "''"), lit("generateName"), "''"))))))
+}
+
+// deleteFailure is I4 on a DELETE: deleting a live lease releases it, so
+// only its holder may (operators are never judged here). A DELETE has no
+// server clock: a lease with a holder counts as live (live), so a
+// non-holder's delete is refused even once the lease has expired, where
+// the webhook admits it (docs/vap.md).
+func (c *vapCEL) deleteFailure() string {
+	if c.r.HolderBinding == policy.HolderBindingNone {
+		return "''"
+	}
+	return celexpr.Ternary(celexpr.And("request.operation == 'DELETE'", v("live"), "!("+c.holdsLease()+")"), lit(codeDelete), "''")
 }
 
 // holdsLease renders "the caller holds the stored lease, as far as the
@@ -563,7 +605,7 @@ func (c *vapCEL) failure() string {
 	r := c.r
 	isDelete := "request.operation == 'DELETE'"
 	spec := first("fencingFailure", "holderFailure", "boundsFailure", "timesFailure", "recordFailure")
-	out := celexpr.Ternary(isDelete, "''", celexpr.Ternary(v("metadataOnly"), v("recordFailure"), spec))
+	out := celexpr.Ternary(isDelete, v("deleteFailure"), celexpr.Ternary(v("metadataOnly"), v("recordFailure"), spec))
 	designated := v("designatedFailure") + " != ''"
 	if !c.lease() {
 		designated = "!" + v("sharedRenewal") + " && " + designated
@@ -574,8 +616,17 @@ func (c *vapCEL) failure() string {
 	if r.Bind != nil {
 		out = celexpr.Ternary("!"+v("bound"), lit(codeUnbound), celexpr.Ternary("!"+v("boundLease"), lit(codeOtherLease), out))
 	}
-	out = celexpr.Ternary("!"+v("manager"),
-		celexpr.Ternary(celexpr.And(v("metadataOnly"), v("statusWriter"), v("ownerReferencesSame")), v("recordFailure"), lit(codeManager)), out)
+	// A status writer that is not a manager changes nothing of the object
+	// itself but the MultiClusterLease controller's finalizer.
+	notManager := lit(codeManager)
+	if !c.lease() {
+		w := v("writerChange")
+		notManager = celexpr.Ternary(celexpr.And(v("metadataOnly"), v("statusWriter")),
+			celexpr.Ternary(w+" == 'finalizers' || "+w+" == 'ownerReferences'", lit(codeWriterOwnership),
+				celexpr.Ternary(w+" != ''", lit(codeWriterMetadata), v("recordFailure"))),
+			notManager)
+	}
+	out = celexpr.Ternary("!"+v("manager"), notManager, out)
 	out = celexpr.Ternary(v("clockRewritten"), lit(codeClockRewritten), out)
 	out = celexpr.Ternary(v("unreadableFailure")+" != ''", v("unreadableFailure"), out)
 	if !c.lease() {
@@ -663,6 +714,12 @@ func (c *vapCEL) whoRefusals() []refusal {
 		managers = append(managers, r.FixedManager)
 	}
 	add(refusal{code: codeManager, problem: lit("is not a manager of"), hint: lit("managers: " + orNone(strings.Join(managers, ", ")))})
+	if !c.lease() {
+		add(refusal{code: codeWriterOwnership, problem: str(lit("may not change "), v("writerChange"), lit(" of")),
+			staticProblem: "may not change finalizers or ownerReferences of", hint: lit(policy.StatusWriterHint)})
+		add(refusal{code: codeWriterMetadata, problem: str(lit("may not change "), v("writerChange"), lit(" of")),
+			staticProblem: "may not change labels, annotations or generateName of", hint: lit(policy.StatusWriterHint)})
+	}
 	if r.Bind != nil {
 		add(refusal{code: codeUnbound, problem: lit("may not write"), hint: lit("bound to no lease: username does not fit " + r.Bind.ManagerText)})
 		if r.Bind.ManagerCaps == 1 {
@@ -736,6 +793,12 @@ func (c *vapCEL) specRefusals() []refusal {
 		staticProblem: "may not change the holder of", hint: heldUntil})
 	add(refusal{code: codeRelease, problem: str(lit("may not release the lease of "), clip(old), lit(" on")),
 		staticProblem: "may not release the live lease of another holder on", hint: str(lit("only the holder or an operator may; "), heldUntil)})
+	if r.HolderBinding != policy.HolderBindingNone {
+		// A DELETE has no clock to say when the lease expires.
+		add(refusal{code: codeDelete, problem: str(lit("may not delete the live lease of "), clip(old), lit(" on")),
+			staticProblem: "may not delete the live lease of another holder on",
+			hint:          str(lit("only the holder or an operator may; held until "), rfc3339(v("staleAt")))})
+	}
 	switch r.HolderBinding {
 	case policy.HolderBindingPod:
 		add(refusal{code: codeNoPod, problem: lit("has no pod-bound token and may not write"), hint: lit("holderBinding pod needs the " + policy.PodNameExtra + " extra")})

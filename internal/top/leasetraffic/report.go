@@ -27,6 +27,19 @@ type Report struct {
 	// WebhookSources are the webhook replicas whose /debug/leases filled
 	// the leases' webhook fields (leaseguard top --webhook-stats).
 	WebhookSources []string `json:"webhookSources,omitempty"`
+	// AdmissionBypass is set while leaseguard's admission configuration is
+	// bypassed by an operator (annotation leaseguard.io/bypass).
+	AdmissionBypass *AdmissionBypass `json:"admissionBypass,omitempty"`
+}
+
+// AdmissionBypass is an operator's bypass of leaseguard's admission
+// configuration: leaseguard does not keep it the rendering of its policy,
+// whatever it is edited to.
+type AdmissionBypass struct {
+	// Configuration is the validating webhook configuration that carries
+	// the annotation; Reason is its value.
+	Configuration string `json:"configuration"`
+	Reason        string `json:"reason"`
 }
 
 // Totals sum the leases of a namespace or of the cluster, within the window.

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,7 +22,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/leaseguard/leaseguard/internal/cli"
 	"github.com/leaseguard/leaseguard/internal/top/leaseprojection"
@@ -96,9 +97,9 @@ usage or unreadable input (flags, --policy, the kubeconfig).`,
 	fs.StringVar(&o.ownNamespace, "leaseguard-namespace", "leaseguard-system", "leaseguard's own namespace, for validating --policy")
 	fs.StringSliceVar(&o.webhookStats, "webhook-stats", nil, "https address of a webhook replica's metrics port (repeat for each replica, e.g. through kubectl port-forward): show what the webhook judged per lease and the users behind it (needs get on /debug/leases: ClusterRole leaseguard-debug-reader)")
 	fs.StringVar(&o.statsClient.Token, "webhook-stats-token", "", "--webhook-stats: bearer token to send (default: the kubeconfig's; e.g. $(kubectl create token NAME) of a service account bound to leaseguard-debug-reader)")
-	fs.StringVar(&o.statsClient.WebhookConfiguration, "webhook-configuration", "leaseguard-validating-webhook-configuration", "--webhook-stats: leaseguard's validating webhook configuration, whose caBundle and service name verify the metrics port's certificate")
+	fs.StringVar(&o.statsClient.WebhookConfiguration, "webhook-configuration", "leaseguard-validating-webhook-configuration", "leaseguard's validating webhook configuration: top says when it is bypassed (leaseguard.io/bypass); with --webhook-stats its caBundle and service name verify the metrics port's certificate")
 	fs.BoolVar(&o.statsClient.InsecureSkipVerify, "webhook-stats-insecure-skip-tls-verify", false, "--webhook-stats: do not verify the metrics port's certificate (the token is still sent)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runTop(cmd, o) }
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return escapeError(runTop(cmd, o)) }
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
 	return cmd
 }
@@ -196,7 +197,15 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 		// would tear the screen, so they go to the status line instead.
 		klog.SetLogger(logr.Discard())
 	}
-	ctx := ctrl.SetupSignalHandler()
+	// Not controller-runtime's SetupSignalHandler, which may be called
+	// once per process: tests run top in process more than once. A second
+	// signal ends top at once, as there.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	agg := leasetraffic.New(leasetraffic.Options{Window: o.window, Projector: projector})
 	status, err := leasewatch.Start(ctx, leasewatch.Options{Config: cfg, Namespace: namespace, Resources: resources}, agg)
 	if err != nil {
@@ -204,7 +213,7 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	for _, skipped := range status.Skipped {
-		fmt.Fprintln(stderr, "leaseguard top: not watching", skipped)
+		fmt.Fprintln(stderr, "leaseguard top: not watching", policy.Escape(skipped))
 	}
 	var tracker *webhookstats.Tracker
 	if len(s.webhookStats) > 0 {
@@ -223,12 +232,21 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 			go pollWebhookStats(ctx, tracker, max(o.interval, 2*time.Second))
 		}
 	}
+	bypass, err := newBypassReader(cfg, o.statsClient.WebhookConfiguration)
+	if err != nil {
+		return err
+	}
+	bypass.read(ctx)
+	if !o.once {
+		go bypass.poll(ctx, 10*time.Second)
+	}
 	report := func(ro leasetraffic.ReportOptions) *leasetraffic.Report {
 		if tracker != nil {
 			ro.Webhook = tracker.Traffic()
 		}
 		r := agg.Report(time.Now(), ro)
 		r.WebhookSources = s.webhookStats
+		r.AdmissionBypass = bypass.current()
 		return r
 	}
 	reportOpts := leasetraffic.ReportOptions{Sort: sortKey, Limit: o.limit}
@@ -245,6 +263,7 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 				return err
 			}
 		}
+		bypass.read(ctx)
 		return topui.Write(cmd.OutOrStdout(), report(reportOpts), format)
 	case interactive:
 		return topui.Run(ctx, report, topui.UIOptions{
@@ -318,7 +337,26 @@ func where(namespace string) string {
 	if namespace == "" {
 		return "in all namespaces"
 	}
-	return "in namespace " + namespace
+	return "in namespace " + policy.Escape(namespace)
+}
+
+// escapeError escapes what an error of top says, line by line (a policy
+// file's problems are one a line): the API server's and a webhook
+// replica's errors can quote what a client wrote, and they are printed to
+// the operator's terminal. The exit status is kept.
+func escapeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		lines[i] = policy.Escape(l)
+	}
+	if escaped := strings.Join(lines, "\n"); escaped != msg {
+		return &cli.ExitError{Code: cli.ExitCode(err), Err: errors.New(escaped)}
+	}
+	return err
 }
 
 func isTerminal(w io.Writer) bool {

@@ -2,6 +2,9 @@ package topcmd
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,5 +74,43 @@ func TestTopRefusesBadInput(t *testing.T) {
 				t.Fatalf("printed %q", out.String())
 			}
 		})
+	}
+}
+
+// An error of the API server can quote what a client wrote; top prints it
+// to the operator's terminal escaped, as it prints the leases, and keeps
+// its exit status.
+func TestTopEscapesTheAPIServersErrors(t *testing.T) {
+	const hostile = "\x1b]0;pwned\x1b\\\x1b[2J \u009b2J evil\u202eredloh"
+	status, err := json.Marshal(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+		"message": `leases.coordination.k8s.io is forbidden: User "` + hostile + `" cannot list resource "leases"`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write(status)
+	}))
+	defer api.Close()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+api.URL+`"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := cli.RunCaptured(newRootCommand(), "top", "--kubeconfig", kubeconfig, "-n", "team-a", "--once", "--resource", "leases")
+	// Escaped whole, as Go quotes it: the quotes too, so that a quote the
+	// client wrote cannot pass for the message's own.
+	want := `leaseguard: cannot list leases.coordination.k8s.io in namespace team-a: leaseguard top needs list and watch on it: ` +
+		`leases.coordination.k8s.io is forbidden: User \"\x1b]0;pwned\x1b\\\x1b[2J \u009b2J evil\u202eredloh\" cannot list resource \"leases\"` + "\n"
+	if code != cli.ExitRefused || stdout != "" || stderr != want {
+		t.Fatalf("exit %d, stdout %q, stderr\n%q\nwant exit 1 and\n%q", code, stdout, stderr, want)
 	}
 }

@@ -4,16 +4,12 @@
 package topui
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 )
@@ -40,27 +36,23 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("-o %q: want table, wide, json or yaml", s)
 }
 
-// Write prints a report in the given format.
+// Write prints a report in the given format. Client-written values are
+// escaped in every format (escape.go): for the terminal in table and wide,
+// in the format's own notation, exactly, in JSON and YAML.
 func Write(w io.Writer, r *leasetraffic.Report, f Format) error {
 	switch f {
 	case JSON:
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return writeJSON(w, r)
 	case YAML:
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
-		return err
+		return writeYAML(w, r)
 	}
 	_, err := io.WriteString(w, strings.Join(Lines(r, f == Wide, nil), "\n")+"\n")
 	return err
 }
 
 // Status is the extra header line of the terminal UI and of a plain report:
-// what is watched and the last watch error.
+// what is watched and the last watch error. Lines escapes them: an error
+// of the API server or of a webhook replica can quote client data.
 type Status struct {
 	Sort    string
 	Filter  string
@@ -78,16 +70,21 @@ func Lines(r *leasetraffic.Report, wide bool, st *Status) []string {
 		head += "  sort " + st.Sort
 	}
 	if st != nil && st.Filter != "" {
-		head += "  " + st.Filter
+		head += "  " + cell(st.Filter)
 	}
 	lines = append(lines, head)
 	lines = append(lines, "cluster: "+totals(&r.Cluster))
+	if b := r.AdmissionBypass; b != nil {
+		// The reason is whatever the annotation says: quoted, so that it
+		// cannot write to the terminal.
+		lines = append(lines, "admission configuration "+b.Configuration+": BYPASSED (leaseguard.io/bypass: "+strconv.Quote(b.Reason)+"): leaseguard does not repair it")
+	}
 	if st != nil {
 		for _, s := range st.Skipped {
-			lines = append(lines, "not watched: "+s)
+			lines = append(lines, "not watched: "+cell(s))
 		}
 		if st.LastErr != "" {
-			lines = append(lines, "watch error: "+st.LastErr)
+			lines = append(lines, "watch error: "+cell(st.LastErr))
 		}
 	}
 	lines = append(lines, "")
@@ -117,7 +114,7 @@ func namespaceRows(r *leasetraffic.Report) [][]string {
 	}
 	for i := range r.Namespaces {
 		ns := &r.Namespaces[i]
-		row := []string{ns.Namespace, strconv.Itoa(ns.Leases), rate(ns.WritesPerSecond), strconv.Itoa(ns.Writes), strconv.Itoa(ns.Contested)}
+		row := []string{cell(ns.Namespace), strconv.Itoa(ns.Leases), rate(ns.WritesPerSecond), strconv.Itoa(ns.Writes), strconv.Itoa(ns.Contested)}
 		if r.Policy != nil {
 			row = append(row, effects(ns.Projected))
 		}
@@ -144,13 +141,13 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 	rows := [][]string{header}
 	for i := range r.Leases {
 		l := &r.Leases[i]
-		name, holder, designated := l.Name, l.Holder, l.DesignatedManager
+		name, holder := cell(l.Name), cell(l.Holder)
 		if !wide {
-			name, holder = clip(name, 32), clip(holder, 24)
+			name, holder = clip(l.Name, 32), clip(l.Holder, 24)
 		}
-		row := []string{l.Namespace, name, kind(l.Resource), orDash(holder)}
+		row := []string{cell(l.Namespace), name, kind(l.Resource), orDash(holder)}
 		if wide {
-			row = append(row, orDash(designated))
+			row = append(row, orDash(cell(l.DesignatedManager)))
 		}
 		renew := "-"
 		if l.RenewIntervalSeconds > 0 {
@@ -176,22 +173,12 @@ func leaseRows(r *leasetraffic.Report, wide bool) [][]string {
 func policyRows(p *leasetraffic.PolicyReport) [][]string {
 	rows := [][]string{{"RULE", "VERDICT", "INVARIANT", "EFFECT", "WRITER", "WRITES"}}
 	for _, o := range p.Outcomes {
-		rows = append(rows, []string{o.Rule, o.Verdict, orDash(o.Invariant), o.Effect, o.WriterBasis, strconv.FormatInt(o.Writes, 10)})
+		rows = append(rows, []string{cell(o.Rule), cell(o.Verdict), orDash(cell(o.Invariant)), cell(o.Effect), cell(o.WriterBasis), strconv.FormatInt(o.Writes, 10)})
 	}
 	if len(p.Outcomes) == 0 {
 		rows = append(rows, []string{"(no write judged yet)", "", "", "", "", ""})
 	}
 	return rows
-}
-
-func table(rows [][]string) []string {
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	for _, row := range rows {
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	_ = tw.Flush()
-	return strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
 }
 
 func kind(resource string) string {
@@ -227,9 +214,9 @@ func writers(ws []leasetraffic.Writer, wide bool) string {
 	}
 	parts := make([]string, len(ws))
 	for i, w := range ws {
-		name := w.Manager
+		name := cell(w.Manager)
 		if w.Subresource != "" {
-			name += "/" + w.Subresource
+			name += "/" + cell(w.Subresource)
 		}
 		parts[i] = name + "×" + strconv.Itoa(w.Writes)
 	}
@@ -244,7 +231,7 @@ func users(w *leasetraffic.WebhookTraffic) string {
 	}
 	parts := make([]string, len(w.Users))
 	for i, u := range w.Users {
-		parts[i] = strings.Replace(u.User, "system:serviceaccount:", "sa:", 1) + "×" + strconv.FormatInt(u.Requests, 10)
+		parts[i] = cell(strings.Replace(u.User, "system:serviceaccount:", "sa:", 1)) + "×" + strconv.FormatInt(u.Requests, 10)
 	}
 	return strings.Join(parts, ",")
 }
@@ -293,14 +280,6 @@ func effects(e *leasetraffic.Effects) string {
 		return "-"
 	}
 	return strings.Join(parts, ",")
-}
-
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }
 
 func orDash(s string) string {

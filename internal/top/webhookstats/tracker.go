@@ -135,7 +135,9 @@ func (t *Tracker) fetch(ctx context.Context, u string) (*leasestats.Snapshot, er
 		return nil, fmt.Errorf("webhook stats %s: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("webhook stats %s: HTTP %d: %s", u, resp.StatusCode, strings.TrimSpace(string(body)))
+		// The body is the replica's, or whatever answers at the address
+		// given: quoted cut and escaped, as the webhook quotes values.
+		return nil, fmt.Errorf("webhook stats %s: HTTP %d: %s", u, resp.StatusCode, policy.Clip(strings.TrimSpace(string(body))))
 	}
 	var s leasestats.Snapshot
 	if err := json.Unmarshal(body, &s); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +88,25 @@ func TestBadSources(t *testing.T) {
 		if err := tr.Poll(context.Background(), time.Now()); err == nil || tr.LastError() == nil {
 			t.Errorf("%s: no error", srv.URL)
 		}
+	}
+}
+
+// Whatever answers at a --webhook-stats address is quoted in top's error,
+// escaped and cut as the webhook quotes values: its body can neither act on
+// the operator's terminal nor fill the status line.
+func TestAFailedReplicasBodyIsQuotedEscapedAndCut(t *testing.T) {
+	body := "\x1b]0;pwned\x1b\\\x1b[2J" + strings.Repeat("x", 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, body, http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	u, err := ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = (&Tracker{URLs: []string{u}, Window: time.Second}).Poll(context.Background(), time.Now())
+	want := "webhook stats " + u + `: HTTP 500: \x1b]0;pwned\x1b\\\x1b[2J` + strings.Repeat("x", 52) + "..." // 80 bytes, as a denial quotes a value
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }

@@ -74,6 +74,7 @@ func TestFaults(t *testing.T) {
 		}
 		c.checkWebhookHearsOnlyTheAPIServer(t, c.metrics, target.PKI)
 	})
+	t.Run("an edited admission configuration is repaired, a bypass honoured", func(t *testing.T) { c.checkConfigurationDrift(t, c.metrics) })
 	w := startWorkload(t, c.admin, c.config)
 	defer w.stop()
 

@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The fourth attack round through the real API server, with leaseguard up:
+// what reaches no webhook, and what a create can plant. The same writes
+// while leaseguard is down are tried by the e2e outage specs.
+
+// createAutoMCL has manager-a create a MultiClusterLease in it-auto (rule
+// auto-mcl: designation auto, client-go's timings), renewed at renewed, and
+// returns it as stored: designated to manager-a.
+func createAutoMCL(t *testing.T, name string, renewed time.Time) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	createNamespace(t, autoNS)
+	m := newMCL(name)
+	_ = unstructured.SetNestedField(m.Object, micro(renewed), "spec", "renewTime")
+	_ = unstructured.SetNestedField(m.Object, int64(15), "spec", "leaseDurationSeconds")
+	created, err := mcls(t, autoManagerA).Create(ctx, m, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("manager-a's create of %s: %v", name, err)
+	}
+	if got := created.GetAnnotations()[designation]; got != autoManagerA {
+		t.Fatalf("designation %q, want %q", got, autoManagerA)
+	}
+	t.Cleanup(func() { _ = mcls(t, autoManagerA).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return created
+}
+
+func expectMCLUnchanged(t *testing.T, want *unstructured.Unstructured) {
+	t.Helper()
+	got, err := mcls(t, autoManagerA).Get(context.Background(), want.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetResourceVersion() != want.GetResourceVersion() {
+		mf, _ := json.Marshal(got.GetManagedFields())
+		t.Errorf("the refused write was stored: resourceVersion %s, was %s; managedFields %s", got.GetResourceVersion(), want.GetResourceVersion(), mf)
+	}
+}
+
+// A merge patch that changed generateName (a field nobody guards) and
+// re-dated another managedFields entry to 2100 reached neither webhook:
+// the "changes nothing" condition ignored generateName and managedFields
+// times, and the API server kept the new times because generateName
+// changed. Every write that changes something reaches leaseguard now, and
+// this one is refused as round 3 refuses a time ahead of the clock.
+func TestAWriteNoWebhookSawIsDecided(t *testing.T) {
+	ctx := context.Background()
+	created := createAutoMCL(t, "routing-generatename", time.Now())
+	b := mcls(t, autoManagerB)
+	asB := metav1.PatchOptions{FieldManager: "manager-b"}
+	// First manager-b owns generateName: a metadata write of its own.
+	stored, err := b.Patch(ctx, created.GetName(), types.MergePatchType, []byte(`{"metadata":{"generateName":"a-"}}`), asB)
+	if err != nil {
+		t.Fatalf("manager-b's first write of generateName: %v", err)
+	}
+	// Then it changes generateName again and re-dates the entry of the
+	// manager that owns renewTime to 2100: managedFields then differ only
+	// in their times.
+	var entries []any
+	for _, m := range stored.GetManagedFields() {
+		e, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Manager != "manager-b" {
+			e["time"] = "2100-01-01T00:00:00Z"
+		}
+		entries = append(entries, e)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"generateName": "b-", "managedFields": entries}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Patch(ctx, created.GetName(), types.MergePatchType, patch, asB)
+	want := "leaseguard: rule auto-mcl: " + autoManagerB + " dates a managedFields entry ahead of the server clock on multiclusterlease it-auto/routing-generatename (only the API server dates entries)"
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("manager-b's patch of generateName and a managedFields time: %v\nwant HTTP 403 %q", err, want)
+	}
+	expectMCLUnchanged(t, stored)
+}
+
+// The API server keeps the managedFields a create sends, times included:
+// a time planted on create would serve later writes as the server's
+// clock (it turned coalescing off and passed renewals ahead), so a create
+// is held to round 3's rule as an update is.
+func TestACreateMayNotPlantAManagedFieldsTime(t *testing.T) {
+	ctx := context.Background()
+	createNamespace(t, autoNS)
+	m := newMCL("routing-planted")
+	m.SetManagedFields([]metav1.ManagedFieldsEntry{{
+		Manager: "controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: m.GetAPIVersion(),
+		Time: &metav1.Time{Time: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}, FieldsType: "FieldsV1",
+		// A field the object does not have: an entry owning only fields the
+		// create sets loses them to the creator and is dropped.
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:planted":{}}}}`)},
+	}})
+	_, err := mcls(t, autoManagerA).Create(ctx, m, metav1.CreateOptions{})
+	want := "leaseguard: rule auto-mcl: " + autoManagerA + " dates a managedFields entry ahead of the server clock on multiclusterlease it-auto/routing-planted"
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a create with a managedFields entry dated 2100: %v\nwant HTTP 403 %q", err, want)
+	}
+	if _, err := mcls(t, autoManagerA).Get(ctx, "routing-planted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused create left an object: %v", err)
+	}
+}

@@ -1,0 +1,257 @@
+package manifests
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
+)
+
+// program compiles a match condition in the API server's CEL environment
+// for new expressions, with the request, object and oldObject untyped, as
+// a webhook's match conditions see them.
+func program(t *testing.T, expr string) cel.Program {
+	t.Helper()
+	env, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Env(environment.NewExpressions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err = env.Extend(cel.Variable("request", cel.DynType), cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		t.Fatalf("%v\n%s", iss.Err(), expr)
+	}
+	prg, err := env.Program(ast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prg
+}
+
+// route evaluates the sample policy's rendered conditions on one write and
+// says which webhook the API server calls: "closed", "open" or "none".
+type router struct {
+	t            *testing.T
+	closed, open cel.Program
+}
+
+func sampleRouter(t *testing.T) *router {
+	t.Helper()
+	src, err := os.ReadFile("../../config/samples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policyfile.Parse(src, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Render(p, Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := r.Validating.Webhooks
+	return &router{t: t,
+		closed: program(t, condition(hooks[0].MatchConditions, "selected-fail-closed")),
+		open:   program(t, condition(hooks[1].MatchConditions, "selected-and-changed"))}
+}
+
+func (r *router) route(req, old, obj map[string]any) string {
+	r.t.Helper()
+	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
+	c, _, cerr := r.closed.Eval(vars)
+	o, _, oerr := r.open.Eval(vars)
+	switch {
+	case cerr != nil || oerr != nil:
+		// The fail-closed webhook's condition failing refuses the write
+		// (failurePolicy Fail); the fail-open one's must fail with it.
+		if cerr == nil {
+			r.t.Fatalf("only the fail-open condition failed: %v", oerr)
+		}
+		return "error"
+	case c.Value() == true && o.Value() == true:
+		r.t.Fatalf("both webhooks take the write")
+	case c.Value() == true:
+		return "closed"
+	case o.Value() == true:
+		return "open"
+	}
+	return "none"
+}
+
+const (
+	sampleNS    = "cnrm-system"
+	designatedA = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a"
+	managerB    = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-b"
+	micro       = "2006-01-02T15:04:05.000000Z07:00"
+)
+
+// mclWrite is a stored MultiClusterLease renewed at stored, designated to
+// team-a's manager, with the managers' entry (owning renewTime) and the
+// controller's status entry dated at stored, and the same object as
+// written, for a case to change.
+func mclWrite(stored time.Time) (old, obj map[string]any) {
+	mk := func() map[string]any {
+		return map[string]any{
+			"apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1", "kind": "MultiClusterLease",
+			"metadata": map[string]any{
+				"name": "kcc-leader", "namespace": sampleNS,
+				"annotations": map[string]any{policy.DesignationAnnotation: designatedA},
+				"managedFields": []any{
+					map[string]any{"manager": "manager", "operation": "Update", "apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1",
+						"time": stored.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
+						"fieldsV1": map[string]any{"f:spec": map[string]any{"f:holderIdentity": map[string]any{}, "f:renewTime": map[string]any{}}}},
+					map[string]any{"manager": "mcl-controller", "operation": "Update", "subresource": "status", "apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1",
+						"time": stored.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
+						"fieldsV1": map[string]any{"f:status": map[string]any{"f:globalHolderIdentity": map[string]any{}}}},
+				},
+			},
+			"spec": map[string]any{"holderIdentity": "cluster-a", "renewTime": stored.Format(micro), "leaseDurationSeconds": int64(15)},
+		}
+	}
+	return mk(), mk()
+}
+
+func mfEntry(o map[string]any, i int) map[string]any {
+	return o["metadata"].(map[string]any)["managedFields"].([]any)[i].(map[string]any)
+}
+
+// Only a renewal that is harmless unchecked rides the fail-open webhook
+// (fourth and fifth attack rounds, docs/security.md): each write below
+// that reached the fail-open webhook, or no webhook, on the earlier
+// rendering goes to the fail-closed one now, while a plain renewal still
+// flows while leaseguard is down and a write made a no-op goes to neither.
+func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
+	r := sampleRouter(t)
+	req := func(user string) map[string]any {
+		return map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
+			"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
+			"userInfo": map[string]any{"username": user}}
+	}
+	stored := time.Date(2026, 12, 4, 16, 36, 30, 123456000, time.UTC)
+	now := stored.Add(2 * time.Second)
+	stamp := now.Truncate(time.Second).Format(time.RFC3339)
+	renewal := func(at time.Time) (map[string]any, map[string]any) {
+		old, obj := mclWrite(stored)
+		obj["spec"].(map[string]any)["renewTime"] = at.Format(micro)
+		mfEntry(obj, 0)["time"] = stamp // the API server's stamp of this write
+		return old, obj
+	}
+	for _, c := range []struct {
+		name   string
+		write  func() (old, obj map[string]any)
+		user   string
+		want   string
+		before string // what the earlier rendering did
+	}{
+		{"a manager's plain renewal", func() (map[string]any, map[string]any) { return renewal(now) }, managerB, "open", "open"},
+		{"the designated manager's plain renewal", func() (map[string]any, map[string]any) { return renewal(now) }, designatedA, "open", "open"},
+		{"a renewal admission made a no-op (managedFields times alone differ)", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			mfEntry(obj, 0)["time"] = stamp
+			return old, obj
+		}, managerB, "none", "none"},
+		{"round 4.1: generateName changed and another entry re-dated to 2100", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			obj["metadata"].(map[string]any)["generateName"] = "x-"
+			mfEntry(obj, 1)["time"] = "2100-01-01T00:00:00Z"
+			return old, obj
+		}, managerB, "closed", "none"},
+		{"round 4.2: a second renewal within the second, to 2099, after a planted 2100", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			mfEntry(old, 1)["time"] = "2100-01-01T00:00:00Z" // planted earlier
+			mfEntry(obj, 1)["time"] = "2100-01-01T00:00:00Z"
+			obj["spec"].(map[string]any)["renewTime"] = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC).Format(micro)
+			return old, obj // the writer's own entry not re-stamped: the same second
+		}, managerB, "closed", "open"},
+		{"round 4.2: a renewal ahead of the API server's stamp", func() (map[string]any, map[string]any) { return renewal(now.Add(10 * time.Second)) }, managerB, "closed", "closed"},
+		{"round 4.3: renewTime moved backwards", func() (map[string]any, map[string]any) {
+			return renewal(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
+		}, managerB, "closed", "open"},
+		{"renewals that crossed on their way: a millisecond behind the stored one", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			old["spec"].(map[string]any)["renewTime"] = now.Format(micro)
+			obj["spec"].(map[string]any)["renewTime"] = now.Add(-time.Millisecond).Format(micro)
+			return old, obj
+		}, managerB, "open", "open"},
+		{"round 4.3: renewTime more than the skew behind the API server's stamp", func() (map[string]any, map[string]any) {
+			return renewal(now.Truncate(time.Second).Add(-2*time.Second - time.Millisecond))
+		}, managerB, "closed", "open"},
+		{"round 4.3: renewTime cleared", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			delete(obj["spec"].(map[string]any), "renewTime")
+			return old, obj
+		}, designatedA, "closed", "open"},
+		{"round 5.4: renewTime with no fraction, which typed clients cannot read", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			obj["spec"].(map[string]any)["renewTime"] = now.Format(time.RFC3339)
+			return old, obj
+		}, managerB, "closed", "open"},
+		{"round 5.4: renewTime with a lower-case t", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			obj["spec"].(map[string]any)["renewTime"] = "2026-12-04t16:36:32.000000Z"
+			return old, obj
+		}, managerB, "closed", "error"},
+		{"a renewal that also writes a label", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			obj["metadata"].(map[string]any)["labels"] = map[string]any{"seen-by": "b"}
+			return old, obj
+		}, managerB, "closed", "open"},
+		{"a renewal that re-dates another entry", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			mfEntry(obj, 1)["time"] = stamp
+			return old, obj
+		}, managerB, "closed", "open"},
+		{"a renewal with no entry owning renewTime", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			obj["metadata"].(map[string]any)["managedFields"] = []any{mfEntry(obj, 1)}
+			return old, obj
+		}, managerB, "closed", "closed"},
+		{"a stored renewTime typed clients cannot read, repaired by a renewal", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			old["spec"].(map[string]any)["renewTime"] = stored.Format(time.RFC3339)
+			return old, obj
+		}, designatedA, "closed", "open"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			old, obj := c.write()
+			r.t = t
+			if got := r.route(req(c.user), old, obj); got != c.want {
+				t.Errorf("routed to %q, want %q (before this round: %q)", got, c.want, c.before)
+			}
+		})
+	}
+}
+
+// A deletecollection's item reviews carry the object in oldObject and an
+// empty request.name: a rule that selects by name must still select them,
+// or the collection delete passes by every webhook.
+func TestDeleteCollectionItemsAreSelectedByName(t *testing.T) {
+	r := render(t, head+`- name: named
+  resources: [leases]
+  namespaces: [team-a]
+  names: ["kcc-leader-*"]
+  managers: ["svc:*"]
+`, Defaults())
+	closed := program(t, condition(r.Validating.Webhooks[0].MatchConditions, "selected-fail-closed"))
+	req := map[string]any{"operation": "DELETE", "namespace": "team-a", "name": "",
+		"resource": map[string]any{"group": "coordination.k8s.io", "version": "v1", "resource": "leases"},
+		"userInfo": map[string]any{"username": "someone"}}
+	old := map[string]any{"metadata": map[string]any{"name": "kcc-leader-a", "namespace": "team-a"},
+		"spec": map[string]any{"holderIdentity": "a-0"}}
+	got, _, err := closed.Eval(map[string]any{"request": req, "oldObject": old, "object": nil})
+	if err != nil || got.Value() != true {
+		t.Fatalf("a deletecollection item of kcc-leader-a: fail-closed condition %v (%v), want true", got, err)
+	}
+	old["metadata"].(map[string]any)["name"] = "other"
+	if got, _, err := closed.Eval(map[string]any{"request": req, "oldObject": old, "object": nil}); err != nil || got.Value() != false {
+		t.Fatalf("a deletecollection item of another lease: %v (%v), want false", got, err)
+	}
+}
