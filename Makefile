@@ -332,7 +332,7 @@ chart: build ## Regenerate charts/leaseguard's generated files: `leaseguard mani
 
 # Every combination of the chart's modes that `make test-chart` renders.
 CHART_MODES := certManager selfManaged
-CHART_COALESCING := policy webhook off
+CHART_COALESCING := auto policy webhook off
 
 .PHONY: test-chart
 test-chart: $(HELM) controlplane ## helm lint and template in every mode, and test/chart: the chart against the generator and the kustomize install.
@@ -340,7 +340,7 @@ test-chart: $(HELM) controlplane ## helm lint and template in every mode, and te
 	$(HELM) template leaseguard $(CHART) --namespace leaseguard-system --kube-version $(K8S_VERSION) >/dev/null
 	@for m in $(CHART_MODES); do for c in $(CHART_COALESCING); do \
 		echo "helm template --set certificates.mode=$$m,coalescing=$$c"; \
-		$(HELM) template leaseguard $(CHART) --namespace leaseguard-system --kube-version $(K8S_VERSION) --set certificates.mode=$$m,coalescing=$$c \
+		$(HELM) template leaseguard $(CHART) --namespace leaseguard-system --kube-version $(K8S_VERSION) --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy --set certificates.mode=$$m,coalescing=$$c \
 			--set serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true \
 			--set-json 'networkPolicy.apiServer=[{"ipBlock":{"cidr":"192.0.2.10/32"}}]' >/dev/null || exit 1; \
 	done; done

@@ -298,7 +298,11 @@ patches:
 		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true", "--set-json", apiServerPeers}, everything},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			chart := helmTemplate(t, "leaseguard-system", c.helmArgs...)
+			// config/ installs the coalescing MutatingAdmissionPolicy,
+			// which the chart's default (coalescing: auto) renders for a
+			// cluster that serves it, as the pinned control plane does
+			// (below 1.36: TestChartCoalescingFollowsTheCluster).
+			chart := helmTemplate(t, "leaseguard-system", slices.Concat(c.helmArgs, servesMutatingAdmissionPolicy)...)
 			for _, o := range chart {
 				// Intended: Helm's own labels (chart, release, manager,
 				// app version) on every object.
@@ -389,7 +393,9 @@ func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {
 		for _, c := range coalescingModes {
 			t.Run(fmt.Sprintf("%s/%s", mode, c), func(t *testing.T) {
 				helm := binary(t, "HELM")
-				out := run(t, helm, templateArgs(ns, "--include-crds",
+				// A cluster that serves MutatingAdmissionPolicy, without
+				// which coalescing=policy fails (TestChartExplicitCoalescing).
+				out := run(t, helm, templateArgs(ns, "--include-crds", "--api-versions", mutatingAdmissionPolicyAPI,
 					"--set", "certificates.mode="+mode, "--set", "coalescing="+string(c),
 					"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true",
 					"--set-json", apiServerPeers)...)

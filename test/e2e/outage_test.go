@@ -191,10 +191,23 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 		By("round 4.2: a renewal far ahead is refused")
 		refused("renewTime in 2099", `{"spec":{"renewTime":"2099-01-01T00:00:00.000000Z"}}`)
 
+		By("round 4.3's bound is on moving back: a late renewal, composed seconds before it arrives, still flows")
+		// What a manager sends whose request waited in client-side
+		// throttling or a loaded API server's queues: renewTime more than
+		// the clock skew behind the API server's clock, yet after the
+		// stored one. The kind fault test lost such renewals to a bound
+		// that ignored the stored value.
+		storedAt, err := time.Parse(time.RFC3339Nano, stored.Object["spec"].(map[string]any)["renewTime"].(string))
+		Expect(err).NotTo(HaveOccurred())
+		time.Sleep(time.Until(storedAt.Add(4 * time.Second)))
+		late, err := other.Patch(ctx, outageMCL, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(storedAt.Add(500*time.Millisecond)))), metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred(), "a late renewal that moves renewTime forwards must pass while leaseguard is down")
+		Expect(late.GetResourceVersion()).NotTo(Equal(stored.GetResourceVersion()))
+
 		By("another manager's plain renewal still flows, stored as nothing acknowledges it")
 		renewed, err := other.Patch(ctx, outageMCL, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))), metav1.PatchOptions{})
 		Expect(err).NotTo(HaveOccurred(), "a plain renewal of the shared lease must pass while leaseguard is down")
-		Expect(renewed.GetResourceVersion()).NotTo(Equal(stored.GetResourceVersion()))
+		Expect(renewed.GetResourceVersion()).NotTo(Equal(late.GetResourceVersion()))
 	})
 
 	It("enforces again, with its own messages, once it is back", func() {

@@ -52,10 +52,29 @@ func hardLease(t *testing.T, name string) *coordinationv1.Lease {
 	if err != nil {
 		t.Fatalf("creating %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		_ = admin.CoordinationV1().Leases(hardNS).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	t.Cleanup(func() { deleteLease(t, hardNS, name) })
 	return created
+}
+
+// deleteLease removes a test's Lease as the operator, and fails the test
+// when it stays: a lease left behind would fail every later test that
+// creates one of that name, far from the cause. Deleting a live lease is a
+// release that leaseguard decides, so a busy machine's webhook timeout is
+// retried as put's are.
+func deleteLease(t *testing.T, ns, name string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := admin.CoordinationV1().Leases(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		var status apierrors.APIStatus
+		if attempt == 3 || !errors.As(err, &status) || !webhookTimedOut(int(status.Status().Code), err.Error()) {
+			t.Errorf("cleanup: deleting lease %s/%s as an operator: %v", ns, name, err)
+			return
+		}
+		t.Logf("cleanup attempt %d: %s", attempt, busyRetry(err.Error()))
+	}
 }
 
 // put sends a Lease as a raw PUT, without client-go's retries of a 429, and
@@ -199,9 +218,11 @@ func badRequests(t *testing.T) float64 {
 // lets a write past the guard.
 func TestLargestStorableWriteIsReadAndDecided(t *testing.T) {
 	ctx := context.Background()
+	// Before hardLease, so that its cleanup's DELETE (a review of the padded
+	// lease, decided like the writes) still has the long timeout.
+	withReviewTimeout(t, 15)
 	stored := hardLease(t, "leader-a")
 	before := badRequests(t)
-	withReviewTimeout(t, 15)
 
 	// An operator pads the Lease close to what etcd stores (1.5 MiB):
 	// leaseguard must read a review of about 9 MB to admit it.
@@ -261,9 +282,9 @@ func TestLargestStorableWriteIsReadAndDecided(t *testing.T) {
 // pod's stuffed takeover is refused by its verdict; the holder's stuffed
 // renewal, and a Lease created with 12,000 labels, are admitted.
 func TestWriteStuffedWithItemsIsDecided(t *testing.T) {
+	withReviewTimeout(t, 15) // before hardLease: see TestLargestStorableWriteIsReadAndDecided
 	stored := hardLease(t, "leader-a")
 	before := badRequests(t)
-	withReviewTimeout(t, 15)
 	stuff := func(l *coordinationv1.Lease, n int) {
 		l.Labels = map[string]string{}
 		for i := range n {
@@ -299,7 +320,7 @@ func TestWriteStuffedWithItemsIsDecided(t *testing.T) {
 	expectRefused(t, created, http.StatusForbidden, code, msg,
 		"leaseguard: rule hard-leases: "+hardManagerA+" may not write lease it-hard/stuffed (bound lease: leader-a)")
 	t.Cleanup(func() {
-		_ = admin.CoordinationV1().Leases(hardNS).Delete(context.Background(), "stuffed", metav1.DeleteOptions{})
+		deleteLease(t, hardNS, "stuffed")
 	})
 	if after := badRequests(t); after != before {
 		t.Errorf("leaseguard_bad_requests_total went from %v to %v: a stuffed review was not read", before, after)

@@ -290,7 +290,13 @@ func TestPolicyReloadAppliesValidFilesAndKeepsTheLastGoodOne(t *testing.T) {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	waitWithin(t, what, 20*time.Second, ok)
+}
+
+// waitWithin is waitFor with a deadline of its own.
+func waitWithin(t *testing.T, what string, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !ok() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

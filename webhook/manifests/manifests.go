@@ -417,14 +417,19 @@ func ownsRenewTime(m string) string {
 
 // harmlessRenewal renders policy.HarmlessRenewal: what the fail-open
 // webhook may carry, since while leaseguard is down it is stored
-// unchecked. Only a renewal that moves renewTime to within the clock skew
-// of the API server's clock (ahead, it would hold the lease until then;
-// behind, the lease would read as expired and anyone could take it), in a
-// form typed clients read, and that changes no metadata and re-dates no
-// managedFields entry but the API server's own stamp. Bounded by the
-// clock, not by the stored renewTime, so that repeated writes cannot walk
-// it back, while two managers' renewals that reach the API server in the
-// other order than they were composed (milliseconds apart) still flow.
+// unchecked. Only a renewal that moves renewTime to no further ahead than
+// the clock skew of the API server's clock (further, it would hold the
+// lease until then), and backwards only to within the skew behind it (or
+// the lease would read as expired and anyone could take it), in a form
+// typed clients read, and that changes no metadata and re-dates no
+// managedFields entry but the API server's own stamp. Forwards, a renewal
+// may be late by any amount: a client composes renewTime before its
+// request waits in client-side throttling and a busy API server's queues,
+// seconds under load, and such a renewal leaves the lease no older than
+// stored. Backwards is bounded by the clock, not by the stored renewTime,
+// so that repeated writes cannot walk it back, while two managers'
+// renewals that reach the API server in the other order than they were
+// composed (milliseconds apart) still flow.
 // The clock is the stamp of the entry that
 // owns renewTime (ownsRenewTime), never a time a client can write:
 // anything else (a write with no such entry, or more entries than are
@@ -455,7 +460,7 @@ func harmlessRenewal(resources []policy.Resource, skew time.Duration) string {
 		same("metadata.?labels"), same("metadata.?annotations"), same("metadata.?generateName"),
 		mf+".size() <= "+strconv.Itoa(maxComparedManagedFields),
 		mf+".exists(m, "+ownsRenewTime("m")+" && has(m.time) && timestamp(object.spec.renewTime) <= timestamp(m.time) + "+allowed+
-			" && timestamp(object.spec.renewTime) >= timestamp(m.time) - "+behind+")",
+			" && (timestamp(object.spec.renewTime) >= timestamp(oldObject.spec.renewTime) || timestamp(object.spec.renewTime) >= timestamp(m.time) - "+behind+"))",
 		mf+".all(m, ("+ownsRenewTime("m")+") || oldObject.metadata.?managedFields.orValue([]).exists(o, "+
 			"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && o.?apiVersion == m.?apiVersion && o.?time == m.?time))",
 	)

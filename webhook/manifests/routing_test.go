@@ -184,6 +184,18 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 		{"round 4.3: renewTime more than the skew behind the API server's stamp", func() (map[string]any, map[string]any) {
 			return renewal(now.Truncate(time.Second).Add(-2*time.Second - time.Millisecond))
 		}, managerB, "closed", "open"},
+		{"a late renewal: composed 5 s before the API server's stamp, still after the stored one", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored.Add(-10 * time.Second))
+			obj["spec"].(map[string]any)["renewTime"] = now.Add(-5 * time.Second).Format(micro)
+			mfEntry(obj, 0)["time"] = stamp
+			return old, obj
+		}, managerB, "open", "closed"},
+		{"a late renewal that moves renewTime backwards, beyond the skew", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			obj["spec"].(map[string]any)["renewTime"] = now.Add(-5 * time.Second).Format(micro)
+			mfEntry(obj, 0)["time"] = stamp
+			return old, obj
+		}, managerB, "closed", "closed"},
 		{"round 4.3: renewTime cleared", func() (map[string]any, map[string]any) {
 			old, obj := renewal(now)
 			delete(obj["spec"].(map[string]any), "renewTime")

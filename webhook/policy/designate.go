@@ -254,13 +254,16 @@ func FailClosed(p *Policy, req *Request) bool {
 // HarmlessRenewal reports whether an UPDATE that keeps every identity
 // field (IdentityChange) is a renewal that harms nobody if it is stored
 // unchecked, as the fail-open webhook's writes are while leaseguard is
-// down: renewTime moves (never cleared) to within the clock skew of the
-// server clock, in the one form typed clients read: ahead, it would hold
-// the lease until then; behind, the lease would read as expired, and
-// anyone would take it the moment leaseguard is back. (Bounded by the
-// clock, not the stored value, so that repeated writes cannot walk it
-// back, while renewals that cross on their way, milliseconds apart, still
-// flow.) And no managedFields entry is added or
+// down: renewTime moves (never cleared) to no further ahead of the server
+// clock than the skew, or it would hold the lease until then; forwards by
+// any amount otherwise (a renewal composed before seconds of client-side
+// throttling and server queues is late, not harmful: the lease reads no
+// older than stored); backwards only to within the skew behind the clock,
+// or the lease would read as expired and anyone would take it the moment
+// leaseguard is back. (Backwards is bounded by the clock, not the stored
+// value, so that repeated writes cannot walk it back, while renewals that
+// cross on their way, milliseconds apart, still flow.) All in the one form
+// typed clients read. And no managedFields entry is added or
 // re-dated but the one the API server stamps for this write, the entry
 // that owns renewTime (a planted time would serve later writes as the
 // server's clock). Everything else goes to the fail-closed webhook, a
@@ -281,7 +284,7 @@ func HarmlessRenewal(p *Policy, req *Request) bool {
 		}
 	}
 	if new.Spec.RenewTime.Equal(old.Spec.RenewTime) || new.Spec.RenewTime.After(req.Now.Add(p.ClockSkew)) ||
-		new.Spec.RenewTime.Before(req.Now.Add(-p.ClockSkew)) {
+		(new.Spec.RenewTime.Before(old.Spec.RenewTime) && new.Spec.RenewTime.Before(req.Now.Add(-p.ClockSkew))) {
 		return false
 	}
 	stamped := false

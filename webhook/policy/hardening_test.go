@@ -419,6 +419,13 @@ func TestFailClosed(t *testing.T) {
 		{"multiclusterlease: renewals that crossed on their way (a millisecond behind the stored one)", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
 			Old: in(MultiClusterLeases, "coalesce", renewAt(2*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(2*sec-time.Millisecond), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, false},
 		{"multiclusterlease: a renewal more than the skew behind the clock", mclWrite("coalesce", mgrB, renewAt(-sec-time.Millisecond)), true},
+		// Composed 7 s before the API server stamped it (client-side
+		// throttling, a loaded server: the kind fault test's outage) but
+		// still after the stored renewal: late, and harmless.
+		{"multiclusterlease: a late renewal that still moves renewTime forwards", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
+			Old: in(MultiClusterLeases, "coalesce", renewAt(-10*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(-5*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, false},
+		{"multiclusterlease: a late renewal that moves renewTime backwards", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
+			Old: in(MultiClusterLeases, "coalesce", renewAt(-4*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(-5*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, true},
 		{"the holder's renewal that moves renewTime backwards", write("hard", podA, renewAt(-time.Hour)), true},
 		{"the holder's renewal that clears renewTime", write("hard", podA, noRenew()), true},
 		{"multiclusterlease: a renewal ahead of the clock", mclWrite("coalesce", mgrB, renewAt(5*sec)), true},

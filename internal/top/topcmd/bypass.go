@@ -51,16 +51,7 @@ func (b *bypassReader) read(ctx context.Context) {
 
 // poll reads the configuration every interval until ctx ends.
 func (b *bypassReader) poll(ctx context.Context, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			b.read(ctx)
-		}
-	}
+	everyInterval(ctx, every, func() { b.read(ctx) })
 }
 
 func (b *bypassReader) current() *leasetraffic.AdmissionBypass {

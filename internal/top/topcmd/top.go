@@ -286,8 +286,13 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 // pollWebhookStats reads the webhook's /debug/leases until ctx ends; a
 // failed poll shows on the status line and is retried.
 func pollWebhookStats(ctx context.Context, t *webhookstats.Tracker, every time.Duration) {
-	// A ticker, not wait.UntilWithContext: the first poll is one interval
-	// after the one top makes at start, not at once again.
+	everyInterval(ctx, every, func() { _ = t.Poll(ctx, time.Now()) })
+}
+
+// everyInterval calls f every interval until ctx ends. A ticker, not
+// wait.UntilWithContext: the first call is one interval after the one top
+// makes at start, not at once again.
+func everyInterval(ctx context.Context, every time.Duration, f func()) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -295,7 +300,7 @@ func pollWebhookStats(ctx context.Context, t *webhookstats.Tracker, every time.D
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_ = t.Poll(ctx, time.Now())
+			f()
 		}
 	}
 }
