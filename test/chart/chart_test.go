@@ -303,27 +303,7 @@ patches:
 			// cluster that serves it, as the pinned control plane does
 			// (below 1.36: TestChartCoalescingFollowsTheCluster).
 			rendered := helmTemplate(t, "leaseguard-system", slices.Concat(c.helmArgs, servesMutatingAdmissionPolicy)...)
-			var chart []object
-			for _, o := range rendered {
-				// Not yet in config/prometheus, which still scrapes with
-				// Prometheus's own token (the deprecated bearerTokenFile,
-				// which hands that token to the target): the chart's
-				// ServiceMonitor sends the token of a Secret
-				// (authorization.credentials), by default the token of a
-				// service account of its own that may only get /metrics
-				// (TestChartServiceMonitorAuthorization checks them).
-				switch key(o) {
-				case "ServiceAccount/leaseguard-system/leaseguard-metrics-scraper",
-					"Secret/leaseguard-system/leaseguard-metrics-scraper-token",
-					"ClusterRoleBinding//leaseguard-metrics-scraper":
-					continue
-				case "ServiceMonitor/leaseguard-system/leaseguard":
-					endpoint := o["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
-					delete(endpoint, "authorization")
-					endpoint["bearerTokenFile"] = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-				}
-				chart = append(chart, o)
-			}
+			chart := rendered
 			for _, o := range chart {
 				// Intended: Helm's own labels (chart, release, manager,
 				// app version) on every object.
