@@ -107,7 +107,7 @@ func TestACreateMayNotPlantAManagedFieldsTime(t *testing.T) {
 		Time: &metav1.Time{Time: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}, FieldsType: "FieldsV1",
 		// A field the object does not have: an entry owning only fields the
 		// create sets loses them to the creator and is dropped.
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:planted":{}}}}`)},
+		FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:planted":{}}}}`),
 	}})
 	_, err := mcls(t, autoManagerA).Create(ctx, m, metav1.CreateOptions{})
 	want := "leaseguard: rule auto-mcl: " + autoManagerA + " dates a managedFields entry ahead of the server clock on multiclusterlease it-auto/routing-planted"

@@ -508,7 +508,7 @@ func (g *generator) rightfulRenewers() string {
 func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfiguration {
 	var parts []string
 	var rules []policy.RuleView
-	values, earlies := make([]string, len(g.rules)), make([]string, len(g.rules))
+	values, earlyParts := make([]string, len(g.rules)), make([]string, len(g.rules))
 	for i := range g.rules {
 		r := &g.rules[i]
 		var why []string
@@ -537,7 +537,7 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 				why = append(why, c)
 			}
 		}
-		values[i], earlies[i] = "false", "false"
+		values[i], earlyParts[i] = "false", "false"
 		if len(why) > 0 {
 			if g.level == levelExact {
 				parts = append(parts, celexpr.And(celexpr.SelectsFirst(g.rules, i), celexpr.Or(why...)))
@@ -545,9 +545,9 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 				parts = append(parts, "")
 			}
 			rules = append(rules, *r)
-			values[i], earlies[i] = celexpr.Or(why[:designation]...), celexpr.Or(why[designation:]...)
+			values[i], earlyParts[i] = celexpr.Or(why[:designation]...), celexpr.Or(why[designation:]...)
 			if g.level == levelBroad {
-				values[i], earlies[i] = "true", "false"
+				values[i], earlyParts[i] = "true", "false"
 			}
 		}
 	}
@@ -561,7 +561,7 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 		// The first rule's stamp or early renewal is the first rule's
 		// stamp or the first rule's early renewal: two searches, each
 		// with its common terms taken out (celexpr.FirstMatch).
-		condition = celexpr.Or(g.firstRuleOver(values), g.firstRuleOver(earlies))
+		condition = celexpr.Or(g.firstRuleOver(values), g.firstRuleOver(earlyParts))
 	}
 	none := admissionregistrationv1.SideEffectClassNone
 	equivalent := admissionregistrationv1.Equivalent

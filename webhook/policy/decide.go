@@ -121,35 +121,13 @@ func (c *check) status() Decision {
 
 // mainResource decides a CREATE, UPDATE or DELETE of the object itself.
 func (c *check) mainResource() Decision {
-	r, req, caller := c.rule, c.req, &c.req.Caller
+	req := c.req
 	update := req.Operation == Update && req.Old != nil && req.New != nil
 	specUnchanged := update && sameSpec(req.Old, req.New)
 	metadataOnly := specUnchanged && sameDesignation(req.Old, req.New)
 
-	// I1 and I9: who counts as a manager of this object.
-	var vals captures
-	bound := false
-	if r.bind != nil {
-		vals, bound = r.bind.manager.match(caller.Username)
-	}
-	if !bound && !r.isManager(caller.Username) {
-		// The MultiClusterLease controller adds and removes its finalizer with
-		// full UPDATEs that touch no lease field and not the designation;
-		// that is all it may do to the object itself (statusWriterWrite).
-		if metadataOnly && req.Resource == MultiClusterLeases && r.statusWriters.matchCaller(caller) {
-			return c.statusWriterWrite()
-		}
-		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint())
-	}
-	if r.bind != nil {
-		if !bound {
-			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
-				"bound to no lease: username does not fit "+r.bind.manager.text)
-		}
-		if !r.bind.leaseMatches(c.obj.Name, &vals) {
-			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
-				"bound lease: "+r.bind.leaseName(&vals))
-		}
+	if d, ok := c.managerOfObject(metadataOnly); !ok {
+		return d
 	}
 
 	// I3: the designation annotation.
@@ -195,6 +173,39 @@ func (c *check) mainResource() Decision {
 	}
 	d.Notice = c.unreadableNotice()
 	return d
+}
+
+// managerOfObject enforces I1 and I9: who counts as a manager of this
+// object. A caller that is not one is refused, except the MultiClusterLease
+// controller's own finalizer writes, which it decides here (false, with its
+// verdict either way).
+func (c *check) managerOfObject(metadataOnly bool) (Decision, bool) {
+	r, req, caller := c.rule, c.req, &c.req.Caller
+	var vals captures
+	bound := false
+	if r.bind != nil {
+		vals, bound = r.bind.manager.match(caller.Username)
+	}
+	if !bound && !r.isManager(caller.Username) {
+		// The MultiClusterLease controller adds and removes its finalizer with
+		// full UPDATEs that touch no lease field and not the designation;
+		// that is all it may do to the object itself (statusWriterWrite).
+		if metadataOnly && req.Resource == MultiClusterLeases && r.statusWriters.matchCaller(caller) {
+			return c.statusWriterWrite(), false
+		}
+		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint()), false
+	}
+	if r.bind != nil {
+		if !bound {
+			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
+				"bound to no lease: username does not fit "+r.bind.manager.text), false
+		}
+		if !r.bind.leaseMatches(c.obj.Name, &vals) {
+			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
+				"bound lease: "+r.bind.leaseName(&vals)), false
+		}
+	}
+	return Decision{}, true
 }
 
 // metadataWrite admits a write that changes no lease field, once the server's

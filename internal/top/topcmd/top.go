@@ -215,22 +215,9 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 	for _, skipped := range status.Skipped {
 		fmt.Fprintln(stderr, "leaseguard top: not watching", policy.Escape(skipped))
 	}
-	var tracker *webhookstats.Tracker
-	if len(s.webhookStats) > 0 {
-		tracker = &webhookstats.Tracker{URLs: s.webhookStats, Window: o.window}
-		// A token goes only over HTTPS: plain addresses (leaseguard dev,
-		// --metrics-secure=false) are read without one.
-		if slices.ContainsFunc(s.webhookStats, func(u string) bool { return strings.HasPrefix(u, "https://") }) {
-			if tracker.Client, err = webhookstats.NewClient(ctx, cfg, o.statsClient); err != nil {
-				return err
-			}
-		}
-		if err := tracker.Poll(ctx, time.Now()); err != nil {
-			return err
-		}
-		if !o.once {
-			go pollWebhookStats(ctx, tracker, max(o.interval, 2*time.Second))
-		}
+	tracker, err := startWebhookStats(ctx, cfg, o, s.webhookStats)
+	if err != nil {
+		return err
 	}
 	bypass, err := newBypassReader(cfg, o.statsClient.WebhookConfiguration)
 	if err != nil {
@@ -281,6 +268,30 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 		})
 	}
 	return streamReports(ctx, cmd.OutOrStdout(), report, reportOpts, format, o.interval)
+}
+
+// startWebhookStats reads the webhooks' /debug/leases once and, unless
+// top runs once, keeps reading them; nil when none was asked for.
+func startWebhookStats(ctx context.Context, cfg *rest.Config, o *topOptions, urls []string) (*webhookstats.Tracker, error) {
+	if len(urls) == 0 {
+		return nil, nil
+	}
+	tracker := &webhookstats.Tracker{URLs: urls, Window: o.window}
+	// A token goes only over HTTPS: plain addresses (leaseguard dev,
+	// --metrics-secure=false) are read without one.
+	if slices.ContainsFunc(urls, func(u string) bool { return strings.HasPrefix(u, "https://") }) {
+		var err error
+		if tracker.Client, err = webhookstats.NewClient(ctx, cfg, o.statsClient); err != nil {
+			return nil, err
+		}
+	}
+	if err := tracker.Poll(ctx, time.Now()); err != nil {
+		return nil, err
+	}
+	if !o.once {
+		go pollWebhookStats(ctx, tracker, max(o.interval, 2*time.Second))
+	}
+	return tracker, nil
 }
 
 // pollWebhookStats reads the webhook's /debug/leases until ctx ends; a
