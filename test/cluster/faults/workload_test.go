@@ -272,18 +272,19 @@ func (w *workload) runElector(ctx context.Context, t *testing.T, team string, re
 	}
 }
 
-// runCandidate is a KCC manager's candidate: a merge PATCH of the lease
-// fields of the shared MultiClusterLease every retry period, with the
-// cluster's candidate identity, which every manager shares.
-// runCandidate renews the shared MultiClusterLease every retryPeriod, its
-// first renewal after phase. The candidates are spread over the period, as
-// managers started independently are: renewals of the one object sent at
-// the same instant race whatever guards it (Config Connector's lock sends
-// an Update with the resourceVersion it read, and the later of two gets
-// 409; these blind patches would store the earlier renewTime last, which
-// leaseguard refuses as moving renewTime backwards), and in lockstep that
-// race is what the fault tests would measure, once per period, whenever
-// the mutating step is skipped (all replicas down).
+// runCandidate is a KCC manager's candidate: every retry period, the
+// write of Config Connector's MultiClusterLease lock, with the cluster's
+// candidate identity, which every manager shares: renewTime taken from the
+// clock first, then the object read and written back whole with the
+// resourceVersion it was read at (an Update, as the lock sends), so that of
+// two renewals racing for the object the later gets 409 Conflict and tries
+// again a retry period later, never storing an older renewTime over a
+// newer one. (Blind merge patches, which this once sent, are retried by
+// the API server itself on a conflict, a stale renewTime and all: while
+// leaseguard is down such a write moves renewTime back and is refused by
+// the fail-closed route, a failure no real lock produces.) Its first
+// renewal comes after phase, the candidates spread over the period as
+// managers started independently are.
 func (w *workload) runCandidate(ctx context.Context, team string, phase time.Duration) {
 	client := w.mcls(manager(team), "")
 	kind := evNonDesignated
@@ -303,9 +304,20 @@ func (w *workload) runCandidate(ctx context.Context, team string, phase time.Dur
 			return
 		case <-tick.C:
 		}
-		patch := fmt.Sprintf(`{"spec":{"holderIdentity":"cluster-faults","renewTime":%q,"leaseDurationSeconds":%d,"retryPeriodSeconds":%d}}`,
-			micro(time.Now()), int(leaseDuration.Seconds()), int(retryPeriod.Seconds()))
-		_, err := client.Patch(ctx, mclName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		now := time.Now()
+		obj, err := client.Get(ctx, mclName, metav1.GetOptions{})
+		if err == nil {
+			spec, _ := obj.Object["spec"].(map[string]any)
+			if spec == nil {
+				spec = map[string]any{}
+				obj.Object["spec"] = spec
+			}
+			spec["holderIdentity"] = "cluster-faults"
+			spec["renewTime"] = micro(now)
+			spec["leaseDurationSeconds"] = int64(leaseDuration.Seconds())
+			spec["retryPeriodSeconds"] = int64(retryPeriod.Seconds())
+			_, err = client.Update(ctx, obj, metav1.UpdateOptions{})
+		}
 		if ctx.Err() != nil {
 			return
 		}
