@@ -60,7 +60,7 @@ fmt-check: ## Fail when gofmt would change a file.
 
 # Every Go module of the repository: the product, the measuring programs and
 # the pinned tools (vetted, linted and tested alike).
-MODULES := . test/perf test/multicluster test/cluster
+MODULES := . test/perf test/multicluster test/cluster hack/image
 
 # vet and lint read the packages' dependencies compiled under the race
 # detector, as the tests build them (the same source: no file of the
@@ -107,7 +107,7 @@ TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG
 GOTEST := env $(TEST_ENV) go test -count=1 -race -timeout 30m
 
 .PHONY: test
-test: ## The whole suite with stage timings: the control plane, then three tracks side by side: api (integration, e2e, multicluster), checks (fmt, vet, lint, chart, alerts, unit, VAP parity, perf programs, fuzz), kind (3 nodes: Helm, e2e, faults, cert-manager overlay). hack/test.sh.
+test: ## The whole suite with stage timings: the control plane, then three tracks side by side: api (integration, e2e, multicluster), checks (fmt, vet, lint, chart, alerts, unit, VAP parity, perf programs, image reproducibility, fuzz), kind (3 nodes: Helm, e2e, faults, cert-manager overlay). hack/test.sh.
 	@GOTEST="$(GOTEST)" MAKE="$(MAKE)" hack/test.sh
 
 .PHONY: test-unit
@@ -183,6 +183,53 @@ docker-build-offline: ## Build the image $(IMG) from a binary built here, FROM s
 		-o $(IMAGE_CONTEXT)/leaseguard ./cmd/leaseguard
 	cp Dockerfile.scratch $(IMAGE_CONTEXT)/Dockerfile
 	docker build -t $(IMG) $(IMAGE_CONTEXT)
+
+# The same image without a Docker engine, for linux/amd64 and linux/arm64:
+# the binaries cross-compiled here (as docker-build-offline builds its one),
+# each put FROM scratch and into an OCI image index by hack/image (its own
+# module, go-containerregistry). Reproducible: every time in the image is
+# SOURCE_DATE_EPOCH (the HEAD commit's time unless set), so the same commit
+# gives the same digests (hack/image/reproducible_test.go).
+IMAGE_PLATFORMS := linux/amd64 linux/arm64
+IMAGE_LDFLAGS := -s -w -buildid= -X main.version=$(VERSION)
+IMAGE_BIN_DIR := bin/image-platforms
+IMAGE_OUT := dist/image
+IMAGE_SOURCE ?= https://github.com/leaseguard/leaseguard
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# image-tar's tag and platform (the host's): what the kind stage loads.
+IMAGE_TAR_TAG ?= leaseguard:e2e
+IMAGE_TAR_PLATFORM ?= linux/$(shell go env GOARCH)
+IMAGE_BUILDER := bin/image-builder
+IMAGE_ARGS = -version $(VERSION) -revision "$(REVISION)" -source $(IMAGE_SOURCE) -source-date-epoch "$(SOURCE_DATE_EPOCH)"
+
+$(IMAGE_BUILDER): hack/image/go.mod hack/image/go.sum $(filter-out %_test.go,$(wildcard hack/image/*.go))
+	cd hack/image && go build -o ../../$(IMAGE_BUILDER) .
+
+# $(call image-go-build,<os>/<arch>): cmd/leaseguard for that platform, into
+# $(IMAGE_BIN_DIR)/<os>-<arch>/leaseguard (always rebuilt; go build's cache
+# makes that cheap).
+image-go-build = CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$(1))) GOARCH=$(word 2,$(subst /, ,$(1))) go build -trimpath -buildvcs=false \
+	-ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN_DIR)/$(subst /,-,$(1))/leaseguard ./cmd/leaseguard
+image-binary-%:
+	$(call image-go-build,$(subst -,/,$*))
+
+.PHONY: image
+image: $(IMAGE_BUILDER) $(addprefix image-binary-,$(subst /,-,$(IMAGE_PLATFORMS))) ## Build the image for linux/amd64 and linux/arm64 without Docker (hack/image): OCI layout dist/image/oci and dist/image/leaseguard-$(VERSION).oci.tar; prints the digests.
+	@mkdir -p $(IMAGE_OUT)
+	$(IMAGE_BUILDER) $(IMAGE_ARGS) $(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(IMAGE_BIN_DIR)/$(subst /,-,$(p))/leaseguard) \
+		-oci-layout $(IMAGE_OUT)/oci -oci-archive $(IMAGE_OUT)/leaseguard-$(VERSION).oci.tar
+
+.PHONY: image-tar
+image-tar: $(IMAGE_BUILDER) ## The host platform's image as a `docker load` tarball dist/image/leaseguard-docker.tar, tagged $(IMAGE_TAR_TAG) (no Docker needed to build it).
+	$(call image-go-build,$(IMAGE_TAR_PLATFORM))
+	@mkdir -p $(IMAGE_OUT)
+	$(IMAGE_BUILDER) $(IMAGE_ARGS) -binary $(IMAGE_TAR_PLATFORM)=$(IMAGE_BIN_DIR)/$(subst /,-,$(IMAGE_TAR_PLATFORM))/leaseguard \
+		-docker-tar $(IMAGE_OUT)/leaseguard-docker.tar -tag $(IMAGE_TAR_TAG) -platform $(IMAGE_TAR_PLATFORM)
+
+.PHONY: test-image
+test-image: ## Tests of hack/image: two builds give the same digests, a changed input another, the image's contents (builds cmd/leaseguard twice for the host; for both platforms with IMAGE_TEST_CROSS=1).
+	cd hack/image && $(GOTEST) ./...
 
 .PHONY: deploy
 deploy: build-installer ## Install leaseguard into the cluster of the current kubeconfig (needs cert-manager).

@@ -9,8 +9,8 @@
 #   api     integration, multicluster        real API servers; they mostly wait
 #                                            (lease expiries, steady states)
 #   checks  fmt-vet, lint, chart-alerts,     compiling and analysing, mostly;
-#           unit, vap, perf-programs, fuzz,  the e2e suite last (it waits: it
-#           e2e                              evens out the tracks)
+#           unit, vap, perf-programs,        the e2e suite last (it waits: it
+#           image-repro, fuzz, e2e           evens out the tracks)
 #   kind    the kind stage                   a 3-node cluster, Helm, e2e, faults
 #
 # Side by side because on two cores neither the waiting suites nor the
@@ -57,6 +57,7 @@ track_checks() {
 		stage unit "${M[@]}" test-unit &&
 		stage vap "${M[@]}" test-vap &&
 		stage perf-programs "${M[@]}" test-perf &&
+		stage image-repro "${M[@]}" test-image &&
 		stage fuzz "${M[@]}" fuzz &&
 		stage e2e $GOTEST ./test/e2e/... # a local control plane; here to even out the tracks
 }

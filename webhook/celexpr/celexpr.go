@@ -332,3 +332,9 @@ func renewer(r *policy.RuleView, shared bool) (string, bool) {
 
 // Ternary renders "cond ? yes : no".
 func Ternary(cond, yes, no string) string { return "(" + cond + " ? " + yes + " : " + no + ")" }
+
+// CallerMatches renders "the caller's username or one of its groups fits
+// one of the globs gs": how operators are named.
+func CallerMatches(gs []string) string {
+	return Or(AnyGlob(User, gs), "(has("+Groups+") && "+Groups+".exists(g, "+AnyGlob("g", gs)+"))")
+}

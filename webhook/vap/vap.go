@@ -308,9 +308,7 @@ func noopInOnePass() string {
 
 // callerMatches renders "the username or a group matches one of gs", as
 // operators and status writers are matched.
-func callerMatches(gs []string) string {
-	return celexpr.Or(celexpr.AnyGlob(celexpr.User, gs), "(has("+celexpr.Groups+") && "+celexpr.Groups+".exists(g, "+celexpr.AnyGlob("g", gs)+"))")
-}
+func callerMatches(gs []string) string { return celexpr.CallerMatches(gs) }
 
 // Header is the comment on a file `leaseguard vap <args>` writes, args
 // being the flags that choose what is rendered (--config ...).
