@@ -65,9 +65,7 @@ func summarize(name string, events []event, d time.Duration) result {
 		r.outcomes[e.kind+"/"+e.outcome]++
 		if e.outcome == outAPIServerDown || e.outcome == outOther {
 			r.apiDown++
-			if e.outcome == outOther {
-				example(e)
-			}
+			example(e)
 		}
 		switch e.kind {
 		case evGuardedWrite, evNonDesignated:

@@ -286,7 +286,14 @@ func (w *workload) runElector(ctx context.Context, t *testing.T, team string, re
 // renewal comes after phase, the candidates spread over the period as
 // managers started independently are.
 func (w *workload) runCandidate(ctx context.Context, team string, phase time.Duration) {
-	client := w.mcls(manager(team), "")
+	// Config Connector's lock bounds a renewal by its renew deadline, not
+	// by a shorter per-request timeout: while a replica is partitioned, an
+	// Update can wait out two fail-open webhook calls of 2 s each, which
+	// the harness's 5 s client timeout reported as an API server error no
+	// real manager would see.
+	cfg := impersonating(w.config, manager(team), "")
+	cfg.Timeout = renewDeadline
+	client := dynamic.NewForConfigOrDie(cfg).Resource(mclv1alpha1.GroupVersionResource).Namespace(e2eNS)
 	kind := evNonDesignated
 	if team == "team-a" {
 		kind = evGuardedWrite
