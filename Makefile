@@ -151,7 +151,7 @@ vap: ## Generate config/vap/vap.yaml: the sample policy as ValidatingAdmissionPo
 	go run ./cmd/kubectl-leaseguard vap --config config/samples/policy.yaml --coalesce=policy -o config/vap/vap.yaml
 
 .PHONY: test-vap
-test-vap: controlplane ## Verdict parity of the webhook and the generated policies through two real API servers.
+test-vap: controlplane ## Verdict parity through three real API servers: leaseguard as shipped, the webhook alone (--coalesce webhook), the generated policies.
 	$(GOTEST) -v ./test/vap/...
 
 ##@ Deployment

@@ -85,9 +85,10 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(series("Lease writes requested vs stored", "Writes the API server answered with success, and writes it stored in etcd: the difference is what coalescing and acknowledgement saved.", "reqps",
 			query(`sum by (resource) (`+rate(`apiserver_request_total{`+leaseResources+`, verb=~"POST|PUT|PATCH|APPLY", code=~"2.."}`)+`)`, "requested {{resource}}"),
 			query(`sum by (resource) (`+rate(`etcd_requests_total{`+leaseResources+`, operation=~"create|update"}`)+`)`, "stored {{resource}}"))).
-		WithPanel(series("Renewals answered without storing", "Early renewals the mutating webhook coalesced, and shared MultiClusterLease renewals by managers that are not designated, acknowledged (coalescing by the MutatingAdmissionPolicy shows only in the panel beside).", "reqps",
-			query(`sum by (resource) (`+rate(`leaseguard_coalesced_renewals_total`)+`)`, "coalesced {{resource}}"),
-			query(`sum by (resource) (`+rate(`leaseguard_acknowledged_renewals_total`)+`)`, "acknowledged {{resource}}"))).
+		WithPanel(series("Renewals answered without storing", "Renewals answered in the API server by leaseguard's MutatingAdmissionPolicy (early renewals coalesced and shared MultiClusterLease renewals acknowledged, no webhook call; failures: sent on unjudged), and those the mutating webhook coalesced or acknowledged (clusters without the policy, or what it could not judge).", "reqps",
+			query(`sum by (error_type) (`+rate(`apiserver_mutating_admission_policy_check_total{policy="leaseguard-coalesce-renewals"}`)+`)`, "in the API server ({{error_type}})"),
+			query(`sum by (resource) (`+rate(`leaseguard_coalesced_renewals_total`)+`)`, "coalesced by the webhook {{resource}}"),
+			query(`sum by (resource) (`+rate(`leaseguard_acknowledged_renewals_total`)+`)`, "acknowledged by the webhook {{resource}}"))).
 		WithPanel(series("Renewal interval (p50, p10)", "Time since the stored renewal, by the server clock, per rule: below the rule's minRenewInterval is renewing too often.", "s",
 			query(`histogram_quantile(0.5, sum by (rule, le) (`+rate(`leaseguard_renewal_interval_seconds_bucket`)+`))`, "p50 {{rule}}"),
 			query(`histogram_quantile(0.1, sum by (rule, le) (`+rate(`leaseguard_renewal_interval_seconds_bucket`)+`))`, "p10 {{rule}}"))).

@@ -140,9 +140,13 @@ const (
 	// none: every webhook configuration and the policy deleted; `leaseguard
 	// serve` keeps running unasked.
 	admissionNone admission = "without leaseguard (baseline)"
+	// floor: no admission at all, and the clients themselves send as
+	// no-ops the renewals leaseguard would not store (the curve's cost
+	// floor; kccmanager.FloorRenewals).
+	admissionFloor admission = "floor: no admission, no-op renewals sent by the clients"
 )
 
-func (a admission) guarded() bool { return a != admissionNone }
+func (a admission) guarded() bool { return a != admissionNone && a != admissionFloor }
 
 // setAdmission installs (replacing what is there) or removes leaseguard's
 // admission configuration, rendered from the suite's policy as `leaseguard
@@ -150,7 +154,7 @@ func (a admission) guarded() bool { return a != admissionNone }
 func (c *cluster) setAdmission(ctx context.Context, a admission) error {
 	var err error
 	switch a {
-	case admissionNone:
+	case admissionNone, admissionFloor:
 		err = c.cp.RemoveAdmission(ctx, admissionPrefix)
 	case admissionShipped:
 		err = c.cp.InstallAdmission(ctx, env.policyPath, manifests.Options{Coalescing: manifests.CoalesceInAPIServer})
@@ -222,6 +226,7 @@ func (c *cluster) stop() {
 // fleet is the namespace-mode managers of both clusters.
 type fleet struct {
 	teams []string
+	floor func(team string) *kccmanager.FloorRenewals
 
 	mu       sync.Mutex
 	managers map[*cluster][]*kccmanager.Manager // every incarnation, killed ones included
@@ -238,8 +243,12 @@ func managerConfig(c *cluster, team string) kccmanager.Config {
 	}
 }
 
-func startFleet(teams []string) *fleet {
-	f := &fleet{teams: teams, managers: map[*cluster][]*kccmanager.Manager{}}
+func startFleet(teams []string) *fleet { return startFleetWith(teams, nil) }
+
+// startFleetWith starts the teams' managers; floor, when set, gives each
+// manager its FloorRenewals switch (the curve's floor mode).
+func startFleetWith(teams []string, floor func(team string) *kccmanager.FloorRenewals) *fleet {
+	f := &fleet{teams: teams, managers: map[*cluster][]*kccmanager.Manager{}, floor: floor}
 	for _, c := range env.clusters {
 		for _, team := range teams {
 			f.start(c, team)
@@ -250,7 +259,11 @@ func startFleet(teams []string) *fleet {
 
 // start starts (or restarts, as a new incarnation) team's manager in c.
 func (f *fleet) start(c *cluster, team string) *kccmanager.Manager {
-	m, err := kccmanager.Start(managerConfig(c, team))
+	cfg := managerConfig(c, team)
+	if f.floor != nil {
+		cfg.Floor = f.floor(team)
+	}
+	m, err := kccmanager.Start(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	f.mu.Lock()
 	defer f.mu.Unlock()

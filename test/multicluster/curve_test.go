@@ -19,7 +19,11 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/test/multicluster/kccmanager"
 	"github.com/leaseguard/leaseguard/test/procstat"
+	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
 // The load curve (docs/multicluster.md, "Load as a curve"): N namespace-mode
@@ -33,16 +37,16 @@ var _ = Describe("the load curve", Label("curve"), func() {
 		ns := curveManagers()
 		rounds := envInt("CURVE_ROUNDS", 2)
 		window := envDuration("CURVE_WINDOW", 45*time.Second)
-		modes := []admission{admissionNone, admissionShipped}
+		modes := []admission{admissionNone, admissionShipped, admissionFloor}
 		points := map[string][]curvePoint{} // by mode and N
 		for round := range rounds {
 			for i, n := range ns {
 				// Interleaved: each round and each N alternates which mode
 				// runs first, so that drift on a shared machine falls on both.
+				// (Three modes: rotated, so each runs first in turn.)
 				order := slices.Clone(modes)
-				if (round+i)%2 == 1 {
-					slices.Reverse(order)
-				}
+				k := (round + i) % len(order)
+				order = append(order[k:], order[:k]...)
 				for _, mode := range order {
 					p := measurePoint(ctx, mode, n, window)
 					GinkgoWriter.Printf("round %d, %d managers per cluster, %s: %+v\n", round+1, n, mode, p)
@@ -71,6 +75,10 @@ var _ = Describe("the load curve", Label("curve"), func() {
 // summed.
 type curvePoint struct {
 	sent, stored, watchEvents, reconciles, gcsWrites, cpu float64
+	// webhookCalls: the API servers' own count of calls to leaseguard's
+	// webhooks; reviews and guardCPU: leaseguard's count of reviews it
+	// answered and its CPU seconds (both clusters' leaseguards).
+	webhookCalls, reviews, guardCPU float64
 	// held: one cluster had every manager leading when the window began;
 	// lost counts leaderships lost and unintended exits in the window.
 	held bool
@@ -91,7 +99,14 @@ func measurePoint(ctx context.Context, mode admission, n int, window time.Durati
 	for i, c := range env.clusters {
 		recorders[i] = startRecorder(c)
 	}
-	f := startFleet(teams)
+	var floor func(string) *kccmanager.FloorRenewals
+	if mode == admissionFloor {
+		every := coalesceInterval()
+		floor = func(team string) *kccmanager.FloorRenewals {
+			return &kccmanager.FloorRenewals{Designated: team == teams[0], StoreEvery: every}
+		}
+	}
+	f := startFleetWith(teams, floor)
 	defer func() {
 		for _, r := range recorders {
 			r.stop()
@@ -110,7 +125,7 @@ func measurePoint(ctx context.Context, mode admission, n int, window time.Durati
 	type counters struct {
 		sent, events, stored, reconciles, gcs int64
 		lost                                  int64
-		cpu                                   float64
+		cpu, webhookCalls, reviews, guardCPU  float64
 		at                                    time.Time
 	}
 	read := func() counters {
@@ -132,6 +147,13 @@ func measurePoint(ctx context.Context, mode admission, n int, window time.Durati
 			for _, m := range f.all(c) {
 				k.lost += m.Stats().Lost
 			}
+			calls, err := c.webhookCalls(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			k.webhookCalls += calls
+			families, err := c.guard.Metrics(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			k.reviews += controlplane.Counter(families, "leaseguard_webhook_requests_total", nil)
+			k.guardCPU += controlplane.Counter(families, "process_cpu_seconds_total", nil)
 		}
 		cpu, err := procstat.ChildrenCPU("kube-apiserver")
 		Expect(err).NotTo(HaveOccurred())
@@ -149,6 +171,9 @@ func measurePoint(ctx context.Context, mode admission, n int, window time.Durati
 	p.reconciles = perMinute(before.reconciles, after.reconciles)
 	p.gcsWrites = perMinute(before.gcs, after.gcs)
 	p.cpu = (after.cpu - before.cpu) / minutes
+	p.webhookCalls = (after.webhookCalls - before.webhookCalls) / minutes
+	p.reviews = (after.reviews - before.reviews) / minutes
+	p.guardCPU = (after.guardCPU - before.guardCPU) / minutes
 	p.lost = int(after.lost-before.lost) + len(unintendedExits(f))
 	return p
 }
@@ -216,11 +241,20 @@ var curveColumns = []struct {
 	{"controller reconciles", func(p curvePoint) float64 { return p.reconciles }},
 	{"GCS writes", func(p curvePoint) float64 { return p.gcsWrites }},
 	{"kube-apiserver CPU s", func(p curvePoint) float64 { return p.cpu }},
+	{"webhook calls (API server's count)", func(p curvePoint) float64 { return p.webhookCalls }},
+	{"webhook calls per write request", func(p curvePoint) float64 {
+		if p.sent == 0 {
+			return 0
+		}
+		return p.webhookCalls / p.sent
+	}},
+	{"leaseguard reviews", func(p curvePoint) float64 { return p.reviews }},
+	{"leaseguard CPU s", func(p curvePoint) float64 { return p.guardCPU }},
 }
 
 func curveReport(ns []int, modes []admission, points map[string][]curvePoint, rounds int, window time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d interleaved rounds of %s per point; per minute, both clusters summed; medians (ratio as shipped / unguarded).\n\n", rounds, window)
+	fmt.Fprintf(&b, "%d interleaved rounds of %s per point; per minute, both clusters summed; medians (ratio to unguarded; kube-apiserver CPU as shipped also to the floor).\n\n", rounds, window)
 	b.WriteString("| managers per cluster | mode |")
 	for _, c := range curveColumns {
 		b.WriteString(" " + c.name + " |")
@@ -241,12 +275,17 @@ func curveReport(ns []int, modes []admission, points map[string][]curvePoint, ro
 			}
 			for _, c := range curveColumns {
 				m := median(ps, c.v)
-				if mode == admissionNone {
-					fmt.Fprintf(&b, " %.1f |", m)
-				} else if bm := median(base, c.v); bm > 0 {
-					fmt.Fprintf(&b, " %.1f (%.2f×) |", m, m/bm)
-				} else {
-					fmt.Fprintf(&b, " %.1f |", m)
+				prec := 1
+				if m != 0 && m < 0.1 {
+					prec = 3
+				}
+				switch bm, fm := median(base, c.v), median(points[curveKey(admissionFloor, n)], c.v); {
+				case mode == admissionNone || bm <= 0:
+					fmt.Fprintf(&b, " %.*f |", prec, m)
+				case mode == admissionShipped && c.name == "kube-apiserver CPU s" && fm > 0:
+					fmt.Fprintf(&b, " %.*f (%.2f×; %.2f× floor) |", prec, m, m/bm, m/fm)
+				default:
+					fmt.Fprintf(&b, " %.*f (%.2f×) |", prec, m, m/bm)
 				}
 			}
 			fmt.Fprintf(&b, " %d |\n", lost)
@@ -256,16 +295,33 @@ func curveReport(ns []int, modes []admission, points map[string][]curvePoint, ro
 }
 
 func modeShort(a admission) string {
-	if a == admissionNone {
+	switch a {
+	case admissionNone:
 		return "unguarded"
+	case admissionFloor:
+		return "floor"
 	}
 	return "as shipped"
+}
+
+// coalesceInterval is the suite policy's coalescing interval (auto: what
+// the declared client timings allow): how often the floor's designated
+// client stores a renewal.
+func coalesceInterval() time.Duration {
+	src, err := os.ReadFile(env.policyPath)
+	Expect(err).NotTo(HaveOccurred())
+	p, err := policyfile.Parse(src, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(p.Rules).NotTo(BeEmpty())
+	d := p.Rules[0].View().CoalesceInterval
+	Expect(d).To(BeNumerically(">", 0), "the suite's policy coalesces no renewal")
+	return d
 }
 
 // plotCurve draws one panel per column: the median against N, a line per
 // mode, on logarithmic axes.
 func plotCurve(path string, ns []int, modes []admission, points map[string][]curvePoint) error {
-	colors := []color.Color{color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}}
+	colors := []color.Color{color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}}
 	const cols = 3
 	rows := (len(curveColumns) + cols - 1) / cols
 	img := vgimg.New(vg.Length(cols)*4.5*vg.Inch, vg.Length(rows)*3.5*vg.Inch)

@@ -121,6 +121,20 @@ func (r *recorder) specWrites(from, to time.Time) []write {
 	return out
 }
 
+// storedWrites counts every write stored in [from, to): spec, status and
+// metadata.
+func (r *recorder) storedWrites(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, w := range r.writes {
+		if !w.at.Before(from) && w.at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
 // writerOf returns the manager (any incarnation) that sent w's stored
 // spec.renewTime, or nil.
 func writerOf(f *fleet, c *cluster, w write) *kccmanager.Manager {

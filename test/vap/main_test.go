@@ -1,10 +1,13 @@
 // Package vap is the differential test of `leaseguard vap`: the same corpus
-// of lease writes is sent through two real API servers, one guarded by
-// leaseguard's webhook (the real `leaseguard serve` behind the webhook
-// configurations `leaseguard manifests` renders), the other by the
-// ValidatingAdmissionPolicies RenderVAP emits and nothing else, and the
-// verdicts must be identical wherever the policies claim to enforce the
-// policy (docs/vap.md).
+// of lease writes is sent through three real API servers, one guarded by
+// leaseguard as shipped (the real `leaseguard serve` behind the webhook
+// configurations and the MutatingAdmissionPolicy `leaseguard manifests`
+// renders: the renewals it answers never reach the webhook), one by the
+// webhook alone (`--coalesce webhook`, as on clusters before 1.36), the
+// third by the ValidatingAdmissionPolicies RenderVAP emits and nothing else.
+// The first two must answer every case alike (verdict, code, message, what
+// is stored); the policies must give the same verdicts wherever they claim
+// to enforce the policy (docs/vap.md).
 package vap
 
 import (
@@ -31,8 +34,11 @@ var (
 	// webhookEnv is guarded by leaseguard's webhook, vapEnv by the emitted
 	// policies only.
 	webhookEnv, vapEnv *env
-	rendered           *vap.Rendered
-	guard              *controlplane.Leaseguard
+	// aloneEnv is guarded by the webhook alone (--coalesce webhook).
+	aloneEnv   *env
+	rendered   *vap.Rendered
+	guard      *controlplane.Leaseguard
+	aloneGuard *controlplane.Leaseguard
 )
 
 func TestMain(m *testing.M) {
@@ -80,6 +86,22 @@ func run(m *testing.M) (int, error) {
 	}
 	defer guard.Stop()
 
+	// The webhook alone: the configuration rendered for clusters without
+	// MutatingAdmissionPolicy, every acknowledgement and coalescing by
+	// leaseguard's mutating webhook.
+	acp, err := controlplane.Start(controlplane.Options{Policy: policyPath})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = acp.Stop() }()
+	if aloneGuard, err = acp.StartLeaseguard(binary, policyPath); err != nil {
+		return 0, err
+	}
+	defer aloneGuard.Stop()
+	if err := acp.InstallAdmission(ctx, policyPath, manifests.Options{Coalescing: manifests.CoalesceInWebhook}); err != nil {
+		return 0, err
+	}
+
 	// The VAP side: no webhook configuration at all, only what RenderVAP
 	// emits (with the same coalescing policy).
 	vcp, err := controlplane.StartWithoutWebhooks(controlplane.Options{})
@@ -102,7 +124,10 @@ func run(m *testing.M) (int, error) {
 	if vapEnv, err = newEnv("vap", vcp); err != nil {
 		return 0, err
 	}
-	for _, e := range []*env{webhookEnv, vapEnv} {
+	if aloneEnv, err = newEnv("webhook-alone", acp); err != nil {
+		return 0, err
+	}
+	for _, e := range []*env{webhookEnv, vapEnv, aloneEnv} {
 		if err := e.createNamespaces(ctx, corpusNamespaces()); err != nil {
 			return 0, err
 		}
@@ -113,6 +138,7 @@ func run(m *testing.M) (int, error) {
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "--- leaseguard serve output (last 4 KiB) ---\n%s\n", tail(guard.Log(), 4096))
+		fmt.Fprintf(os.Stderr, "--- leaseguard serve output, webhook alone (last 4 KiB) ---\n%s\n", tail(aloneGuard.Log(), 4096))
 	}
 	return code, nil
 }

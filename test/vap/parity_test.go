@@ -3,6 +3,9 @@ package vap
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,13 +33,18 @@ const (
 
 // result is what one case gave on both API servers.
 type result struct {
-	c             *parityCase
-	class, why    string
-	model         policy.Decision // the core's decision for the write as replayed
-	faithful      bool            // the replayed write is decided as the table decides the case
-	webhook, vap  *outcome
-	errWebhook    error
-	errVAP        error
+	c            *parityCase
+	class, why   string
+	model        policy.Decision // the core's decision for the write as replayed
+	faithful     bool            // the replayed write is decided as the table decides the case
+	webhook, vap *outcome
+	errWebhook   error
+	errVAP       error
+	// alone is the webhook alone's answer (--coalesce webhook); asShipped
+	// says how it differs from the webhook's as shipped ("" when not).
+	alone         *outcome
+	errAlone      error
+	asShipped     string
 	sameVerdict   bool
 	sameMessage   bool
 	differentCode bool
@@ -64,8 +72,8 @@ func TestVerdictParity(t *testing.T) {
 		r := replayCase(ctx, t, c, n)
 		results = append(results, r)
 		switch {
-		case r.errWebhook != nil || r.errVAP != nil:
-			t.Errorf("%s: replay failed: webhook side: %v; policies side: %v", c.name, r.errWebhook, r.errVAP)
+		case r.errWebhook != nil || r.errVAP != nil || r.errAlone != nil:
+			t.Errorf("%s: replay failed: webhook side: %v; policies side: %v; webhook alone: %v", c.name, r.errWebhook, r.errVAP, r.errAlone)
 		case r.class == classNotReplayed:
 		default:
 			// The webhook must decide as the core does, or the replay is
@@ -73,6 +81,12 @@ func TestVerdictParity(t *testing.T) {
 			if r.webhook.allowed() != r.model.Allowed() || (len(r.webhook.guardWarnings()) > 0) != (r.model.Verdict == policy.Warn) {
 				t.Errorf("%s: the webhook answered HTTP %d %q (warnings %q); the core decides %v %s %q for the replayed write",
 					c.name, r.webhook.Code, r.webhook.Message, r.webhook.guardWarnings(), r.model.Verdict, r.model.Invariant, r.model.Message)
+			}
+			// As shipped, the MutatingAdmissionPolicy answers some writes
+			// in the API server: every answer must be the webhook
+			// alone's, whatever the policies support.
+			if r.asShipped != "" {
+				t.Errorf("%s: as shipped and the webhook alone differ: %s", c.name, r.asShipped)
 			}
 			if r.class == classSupported && !r.sameVerdict {
 				t.Errorf("%s: verdicts differ: webhook HTTP %d %q (warnings %q), policies HTTP %d %q (warnings %q)",
@@ -104,7 +118,7 @@ func replayCase(ctx context.Context, t *testing.T, c *parityCase, n int) *result
 		sent, done time.Time
 		err        error
 	}
-	sides := map[*env]*sideResult{webhookEnv: {}, vapEnv: {}}
+	sides := map[*env]*sideResult{webhookEnv: {}, vapEnv: {}, aloneEnv: {}}
 	var wg sync.WaitGroup
 	for e, s := range sides {
 		wg.Add(1)
@@ -116,7 +130,8 @@ func replayCase(ctx context.Context, t *testing.T, c *parityCase, n int) *result
 	wg.Wait()
 	res.webhook, res.errWebhook = sides[webhookEnv].out, sides[webhookEnv].err
 	res.vap, res.errVAP = sides[vapEnv].out, sides[vapEnv].err
-	if res.errWebhook != nil || res.errVAP != nil {
+	res.alone, res.errAlone = sides[aloneEnv].out, sides[aloneEnv].err
+	if res.errWebhook != nil || res.errVAP != nil || res.errAlone != nil {
 		return res
 	}
 	created := at
@@ -146,6 +161,7 @@ func replayCase(ctx context.Context, t *testing.T, c *parityCase, n int) *result
 		fresh.Old.Spec.RenewTime, fresh.Old.Spec.LeaseDuration = at, time.Hour
 	}
 	res.class, res.why = classify(req, &res.model, fresh)
+	res.asShipped = differs(res.webhook, res.alone)
 	res.sameVerdict = res.webhook.allowed() == res.vap.allowed() &&
 		(len(res.webhook.guardWarnings()) > 0) == (len(res.vap.guardWarnings()) > 0)
 	res.differentCode = res.webhook.Code != res.vap.Code
@@ -321,10 +337,16 @@ func report(t *testing.T, results []*result) {
 	t.Helper()
 	count := map[string]map[string]int{}
 	why := map[string]map[string][]string{}
-	var supported, same, refused, sameMessage, codes, faithful, tableReplayed int
+	var supported, same, refused, sameMessage, codes, faithful, tableReplayed, hybridReplayed, hybridSame int
 	for _, r := range results {
-		if r.errWebhook != nil || r.errVAP != nil {
+		if r.errWebhook != nil || r.errVAP != nil || r.errAlone != nil {
 			continue
+		}
+		if r.class != classNotReplayed {
+			hybridReplayed++
+			if r.asShipped == "" {
+				hybridSame++
+			}
 		}
 		if count[r.c.source] == nil {
 			count[r.c.source] = map[string]int{}
@@ -358,12 +380,13 @@ func report(t *testing.T, results []*result) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "verdict parity, webhook vs ValidatingAdmissionPolicies, through two real API servers:\n")
+	fmt.Fprintf(&b, "verdict parity through three real API servers (as shipped, the webhook alone, ValidatingAdmissionPolicies):\n")
 	for _, src := range []string{"table", "generated"} {
 		fmt.Fprintf(&b, "  %-9s cases: %d supported, %d unsupported, %d not replayed\n", src,
 			count[src][classSupported], count[src][classUnsupported], count[src][classNotReplayed])
 	}
 	fmt.Fprintf(&b, "  identical verdicts on %d of %d supported cases (%.1f %%)\n", same, supported, 100*float64(same)/float64(max(supported, 1)))
+	fmt.Fprintf(&b, "  as shipped (MutatingAdmissionPolicy + webhooks) vs the webhook alone: the same answer (verdict, code, message, spec and annotations returned) on %d of %d replayed cases\n", hybridSame, hybridReplayed)
 	fmt.Fprintf(&b, "  table cases replayed as the table decides them: %d of %d\n", faithful, tableReplayed)
 	fmt.Fprintf(&b, "  refusals and warnings with the same message: %d of %d; other HTTP code (429 vs 403, 400 vs 422): %d\n", sameMessage, refused, codes)
 	for _, class := range []string{classUnsupported, classNotReplayed} {
@@ -401,3 +424,40 @@ func report(t *testing.T, results []*result) {
 	}
 	t.Log("\n" + b.String())
 }
+
+// differs says how two answers to one write differ, "" when they do not:
+// the verdict, the HTTP code, the message, leaseguard's warnings, and for
+// an admitted write the spec and annotations the API server returned (so
+// an acknowledgement or a coalescing in one and a stored renewal in the
+// other differ).
+func differs(a, b *outcome) string {
+	switch {
+	case a.Code != b.Code:
+		return fmt.Sprintf("HTTP %d %q against %d %q", a.Code, a.Message, b.Code, b.Message)
+	case untimed(a.refusal()) != untimed(b.refusal()):
+		return fmt.Sprintf("message %q against %q", a.refusal(), b.refusal())
+	case !slices.EqualFunc(a.guardWarnings(), b.guardWarnings(), func(x, y string) bool { return untimed(x) == untimed(y) }):
+		return fmt.Sprintf("warnings %q against %q", a.guardWarnings(), b.guardWarnings())
+	}
+	if !a.allowed() {
+		return ""
+	}
+	if sa, sb := a.Body["spec"], b.Body["spec"]; !reflect.DeepEqual(sa, sb) {
+		return fmt.Sprintf("spec returned %v against %v", sa, sb)
+	}
+	meta := func(o *outcome) any {
+		m, _ := o.Body["metadata"].(map[string]any)
+		return m["annotations"]
+	}
+	if ma, mb := meta(a), meta(b); !reflect.DeepEqual(ma, mb) {
+		return fmt.Sprintf("annotations returned %v against %v", ma, mb)
+	}
+	return ""
+}
+
+// measured is a duration a message reports ("1.916s after the stored
+// renewal", "1h0m0.114s ahead"): two API servers answer the same write
+// milliseconds apart.
+var measured = regexp.MustCompile(`\b[0-9]+(h[0-9]+)?(m[0-9]+)?(\.[0-9]+)?(ms|µs|s)\b`)
+
+func untimed(s string) string { return measured.ReplaceAllString(s, "<duration>") }

@@ -527,6 +527,16 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
 				manager, designated+" != ''", designated+" != "+celexpr.User))
 		}
+		if g.acknowledgesInAPIServer() {
+			// The MutatingAdmissionPolicy runs first: a renewal it
+			// acknowledged changes nothing, and for a write that changes
+			// nothing the webhook has nothing to stamp or answer
+			// (Designate, Acknowledge and Coalesce all need the spec to
+			// move).
+			for k := range why {
+				why[k] = celexpr.And(why[k], celexpr.Not(noopFirstRenewTime()))
+			}
+		}
 		designation := len(why)
 		if r.CoalesceInterval > 0 && g.o.Coalescing == CoalesceInWebhook {
 			early := g.earlyRenewal
@@ -637,9 +647,11 @@ func outlives(interval string) string {
 func durationString(d time.Duration) string { return d.String() }
 
 // CoalescingPolicy is the MutatingAdmissionPolicy that coalesces p's early
-// renewals in the API server, as Render renders it with CoalesceInAPIServer
-// for objects named by prefix, and the notes on what it leaves out. Both
-// are nil when no rule coalesces.
+// renewals and acknowledges the other managers' renewals of a shared
+// MultiClusterLease in the API server, as Render renders it with
+// CoalesceInAPIServer for objects named by prefix, and the notes on what
+// it leaves out. Both are nil when no rule coalesces or designates a
+// writer of MultiClusterLeases.
 func CoalescingPolicy(p *policy.Policy, prefix, namespace string) (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding, []string) {
 	o := Options{Namespace: namespace, Prefix: prefix, Coalescing: CoalesceInAPIServer}
 	rules := views(p)
@@ -664,9 +676,14 @@ func views(p *policy.Policy) []policy.RuleView {
 }
 
 // coalescingPolicy renders the MutatingAdmissionPolicy that sets an early
-// renewal's renewTime back to the stored one: the write then changes
-// nothing and the API server stores nothing, sends no watch event, and
-// answers the client with success (docs/rate-limiting.md).
+// renewal's renewTime back to the stored one (policy.Coalesce), and another
+// manager's renewal of a shared MultiClusterLease (policy.Acknowledge,
+// acknowledgement): the write then changes nothing and the API server
+// stores nothing, sends no watch event, calls no webhook, and answers the
+// client with success (docs/rate-limiting.md, docs/design.md §5). The
+// JSONPatch copies oldObject's renewTime as written (a date-time the API
+// server hands CEL as the stored string at run time: ".120000Z" stays
+// ".120000Z"), so that the object is byte for byte the stored one.
 func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
 	if g.o.Coalescing != CoalesceInAPIServer {
 		return nil, nil
@@ -677,8 +694,19 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 	var parts []string
 	var rules []policy.RuleView
 	values := make([]string, len(g.rules))
+	acknowledging := false
 	for i := range g.rules {
 		values[i] = "false"
+		if g.acknowledgesInAPIServer() && g.level == levelExact && !g.isWide(i) {
+			// Past levelExact (limits.go) the mutating webhook
+			// acknowledges: the broader selections cannot say which
+			// rule, so which writer, a lease has.
+			if c, ok := g.acknowledgement(i); ok {
+				parts = append(parts, c)
+				rules = append(rules, g.rules[i])
+				acknowledging = true
+			}
+		}
 		if g.rules[i].CoalesceInterval <= 0 || g.isWide(i) {
 			continue
 		}
@@ -704,6 +732,10 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 		// never more, as nothing decides these renewals but this policy.
 		condition = g.firstRuleUnder(values, false, "false")
 	}
+	conditionName := "early-renewal"
+	if acknowledging {
+		conditionName = "early-or-acknowledged-renewal"
+	}
 	ignore := admissionregistrationv1.Ignore
 	never := admissionregistrationv1.NeverReinvocationPolicy
 	equivalent := admissionregistrationv1.Equivalent
@@ -721,7 +753,7 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 				ResourceRules:     resourceRules,
 				MatchPolicy:       &equivalent,
 			},
-			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{Name: "early-renewal", Expression: condition}),
+			MatchConditions: append(ControlPlaneConditions(), admissionregistrationv1.MatchCondition{Name: conditionName, Expression: condition}),
 			// A renewal the policy cannot judge is stored, as without it.
 			FailurePolicy:      &ignore,
 			ReinvocationPolicy: never,

@@ -128,16 +128,18 @@ func Acknowledge(p *Policy, req *Request) bool {
 
 // AcknowledgementNotes says, per rule that designates a writer of
 // MultiClusterLeases, that the other managers' renewals are acknowledged
-// without being stored only by leaseguard's mutating webhook: where it is
-// not installed (a validating-only install, the ValidatingAdmissionPolicies
-// of `leaseguard vap`), or while it is down, they are admitted and stored
-// (sharedRenewal), so that every namespace still leads. `leaseguard check`,
-// `vap` and `serve` print them.
+// without being stored only by the admission configuration `leaseguard
+// manifests` renders (its MutatingAdmissionPolicy in the API server, or
+// leaseguard's mutating webhook): where neither is installed (a
+// validating-only install, the ValidatingAdmissionPolicies of `leaseguard
+// vap` without --coalesce) they are admitted and stored (sharedRenewal), so
+// that every namespace still leads. `leaseguard check`, `vap` and `serve`
+// print them.
 func (p *Policy) AcknowledgementNotes() []string {
 	var out []string
 	for _, r := range p.Rules {
 		if r.resources[resourceIndex(MultiClusterLeases)] && r.designation != DesignationNone {
-			out = append(out, "rule "+r.Name+": renewals of a shared MultiClusterLease by managers that are not designated are acknowledged without being stored only by leaseguard's mutating webhook (leaseguard manifests renders it); without it they are admitted and stored")
+			out = append(out, "rule "+r.Name+": renewals of a shared MultiClusterLease by managers that are not designated are acknowledged without being stored only by the MutatingAdmissionPolicy or the mutating webhook that leaseguard manifests renders; without them they are admitted and stored")
 		}
 	}
 	return out

@@ -145,9 +145,11 @@ func limits(r *policy.RuleView, o Options) []Limit {
 		add(policy.InvariantFencing, "holderBinding", Partial,
 			"a DELETE carries no server clock: a delete of a lease with a holder by anyone but its holder is refused even once the lease has expired (its holder or an operator deletes it)")
 	}
-	if r.Designation != policy.DesignationNone && slices.Contains(r.Resources, policy.MultiClusterLeases) {
+	if r.Designation != policy.DesignationNone && slices.Contains(r.Resources, policy.MultiClusterLeases) && !o.Coalescing {
+		// With the MutatingAdmissionPolicy (--coalesce) they are
+		// acknowledged in the API server, as by the webhook.
 		add(policy.InvariantDesignatedWriter, "designation", Partial,
-			"renewals of a shared MultiClusterLease by managers that are not designated are admitted and stored, not acknowledged without storing: that needs the server's clock in the mutating step, which is leaseguard's mutating webhook")
+			"renewals of a shared MultiClusterLease by managers that are not designated are admitted and stored, not acknowledged without storing: that needs the server's clock in a mutating step, the MutatingAdmissionPolicy of `leaseguard vap --coalesce` (Kubernetes 1.36 and later)")
 	}
 	if r.MinRenewInterval > 0 || r.AutoRenewInterval {
 		add(policy.InvariantRenewalRate, "minRenewInterval", Unsupported,

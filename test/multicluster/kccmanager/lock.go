@@ -43,6 +43,23 @@ type MCLLock struct {
 	onReadError func(error)
 	onSend      func(renewTime string)
 	onConfirmed func()
+
+	// floor, when set, makes this lock send some renewals as no-ops
+	// itself (FloorRenewals): a measuring switch, never Config Connector's
+	// behaviour.
+	floor *FloorRenewals
+}
+
+// FloorRenewals is the harness switch of the cost floor
+// (docs/multicluster-curve.md): the request stream leaseguard leaves, made
+// by the clients themselves with no admission at all. A renewal (the
+// holder kept) is sent with the stored renewTime, so that the API server
+// stores nothing for it, unless this manager is the designated one and the
+// stored renewTime is at least StoreEvery old by its clock: what the
+// coalescing and acknowledging policy would store.
+type FloorRenewals struct {
+	Designated bool
+	StoreEvery time.Duration
 }
 
 var _ resourcelock.Interface = (*MCLLock)(nil)
@@ -174,6 +191,10 @@ func (l *MCLLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRec
 	next := &mclv1alpha1.MultiClusterLease{}
 	if err := json.Unmarshal(original, next); err != nil {
 		return err
+	}
+	if f := l.floor; f != nil && cur.Spec.RenewTime != nil && cur.Spec.HolderIdentity != nil && *cur.Spec.HolderIdentity == ler.HolderIdentity &&
+		(!f.Designated || time.Since(cur.Spec.RenewTime.Time) < f.StoreEvery) {
+		ler.RenewTime = metav1.NewTime(cur.Spec.RenewTime.Time)
 	}
 	l.setSpec(next, ler)
 	modified, err := json.Marshal(next)

@@ -106,3 +106,44 @@ func TestUpdatePatchesOnlyWhatChangedWithoutResourceVersionAndWaitsForTheStatus(
 		t.Fatalf("got %v, want a confirmation timeout", err)
 	}
 }
+
+// The curve's floor switch: a renewal the policy would not store is sent
+// as a no-op (the stored renewTime, an empty merge patch), still as one
+// request; the designated client stores one once the stored renewTime is
+// StoreEvery old; a change of holder is always sent whole.
+func TestFloorRenewalsSendNoOpsExceptTheDesignatedDueOnes(t *testing.T) {
+	storedAt := time.Now().Add(-3 * time.Second).UTC().Truncate(time.Microsecond)
+	renew := time.Now().UTC().Truncate(time.Microsecond)
+	sent := func(floor *FloorRenewals, holder string) []string {
+		t.Helper()
+		l, client := fakeLock(t, stored(
+			map[string]any{"holderIdentity": "cluster-a", "renewTime": storedAt.Format(metav1.RFC3339Micro), "leaseDurationSeconds": int64(15), "retryPeriodSeconds": int64(15)},
+			map[string]any{"globalHolderIdentity": holder, "observedGeneration": int64(0)},
+		))
+		l.floor = floor
+		var patches []string
+		client.PrependReactor("patch", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			patches = append(patches, string(a.(k8stesting.PatchAction).GetPatch()))
+			return false, nil, nil
+		})
+		if err := l.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 15, RenewTime: metav1.NewTime(renew)}); err != nil {
+			t.Fatal(err)
+		}
+		return patches
+	}
+	renewal := `{"spec":{"renewTime":"` + renew.Format(metav1.RFC3339Micro) + `"}}`
+	for _, c := range []struct {
+		name  string
+		floor *FloorRenewals
+		want  string
+	}{
+		{"no switch: Config Connector's renewal", nil, renewal},
+		{"another manager: a no-op", &FloorRenewals{Designated: false, StoreEvery: time.Second}, `{}`},
+		{"the designated one, early: a no-op", &FloorRenewals{Designated: true, StoreEvery: 7 * time.Second}, `{}`},
+		{"the designated one, due: stored", &FloorRenewals{Designated: true, StoreEvery: 2 * time.Second}, renewal},
+	} {
+		if got := sent(c.floor, "cluster-a"); len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s: patches %q, want [%q]", c.name, got, c.want)
+		}
+	}
+}

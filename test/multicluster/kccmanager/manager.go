@@ -75,6 +75,9 @@ type Config struct {
 	// ServiceAccount with the pod-name extra of a bound token.
 	Base *rest.Config
 	Log  logr.Logger
+	// Floor, when set, sends renewals as no-ops as FloorRenewals says: the
+	// curve's floor mode only.
+	Floor *FloorRenewals
 }
 
 // Username is the manager's ServiceAccount user.
@@ -159,6 +162,7 @@ func Start(cfg Config) (*Manager, error) {
 		m.sent[renewTime] = true
 	}
 	lock.onConfirmed = func() { m.confirmed.Add(1) }
+	lock.floor = cfg.Floor
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   LeaseDuration,
