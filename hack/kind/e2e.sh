@@ -9,8 +9,8 @@
 # Node image: $KIND_NODE_IMAGE when set (a stock kindest/node where a
 # registry is reachable), else the project's own, built offline
 # (hack/kind/node-image.sh, cached in the engine). The leaseguard image is
-# built without a base image (make docker-build-offline) and loaded into
-# the nodes. After the chart's tests, leaseguard's cert-manager overlay
+# the project's own (make image-tar: hack/image, no Dockerfile, nothing
+# pulled) and loaded into the nodes. After the chart's tests, leaseguard's cert-manager overlay
 # (config/e2e, kustomize) is installed and the suite runs again: with the
 # real cert-manager from KIND_CERT_MANAGER_MANIFEST (its images need a
 # registry), else with test/cluster's stand-in (cert-manager's own CA
@@ -223,12 +223,15 @@ cert_manager_overlay() {
 	done
 }
 
-# build_image: leaseguard:e2e without a base image; the previous run's
-# image of that tag is removed first, so runs do not pile up untagged
-# images in the engine's cache.
+# build_image: leaseguard:e2e as the project ships it: `make image-tar`
+# (hack/image: no Dockerfile, no engine, nothing pulled; the host
+# platform's image of `make image`'s index), loaded into the engine for
+# kind. The previous run's image of that tag is removed first, so runs do
+# not pile up untagged images in the engine's cache.
 build_image() {
 	docker image rm leaseguard:e2e >/dev/null 2>&1
-	make --no-print-directory docker-build-offline IMG=leaseguard:e2e
+	make --no-print-directory image-tar IMAGE_TAR_TAG=leaseguard:e2e || return 1
+	docker load -i dist/image/leaseguard-docker.tar
 }
 
 run_stages() {

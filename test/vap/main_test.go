@@ -76,28 +76,22 @@ func run(m *testing.M) (int, error) {
 
 	// The webhook side: leaseguard's webhooks and coalescing policy, as
 	// `leaseguard manifests` renders them, and `leaseguard serve`.
-	wcp, err := controlplane.Start(controlplane.Options{Policy: policyPath})
+	wcp, g, stop, err := startGuarded(binary, policyPath)
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = wcp.Stop() }()
-	if guard, err = wcp.StartLeaseguard(binary, policyPath); err != nil {
-		return 0, err
-	}
-	defer guard.Stop()
+	defer stop()
+	guard = g
 
 	// The webhook alone: the configuration rendered for clusters without
 	// MutatingAdmissionPolicy, every acknowledgement and coalescing by
 	// leaseguard's mutating webhook.
-	acp, err := controlplane.Start(controlplane.Options{Policy: policyPath})
+	acp, ag, stopAlone, err := startGuarded(binary, policyPath)
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = acp.Stop() }()
-	if aloneGuard, err = acp.StartLeaseguard(binary, policyPath); err != nil {
-		return 0, err
-	}
-	defer aloneGuard.Stop()
+	defer stopAlone()
+	aloneGuard = ag
 	if err := acp.InstallAdmission(ctx, policyPath, manifests.Options{Coalescing: manifests.CoalesceInWebhook}); err != nil {
 		return 0, err
 	}
@@ -141,6 +135,22 @@ func run(m *testing.M) (int, error) {
 		fmt.Fprintf(os.Stderr, "--- leaseguard serve output, webhook alone (last 4 KiB) ---\n%s\n", tail(aloneGuard.Log(), 4096))
 	}
 	return code, nil
+}
+
+// startGuarded starts a control plane guarded by `leaseguard serve` behind
+// the configuration `leaseguard manifests` renders by default; stop stops
+// both.
+func startGuarded(binary, policyPath string) (*controlplane.ControlPlane, *controlplane.Leaseguard, func(), error) {
+	cp, err := controlplane.Start(controlplane.Options{Policy: policyPath})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	g, err := cp.StartLeaseguard(binary, policyPath)
+	if err != nil {
+		_ = cp.Stop()
+		return nil, nil, nil, err
+	}
+	return cp, g, func() { g.Stop(); _ = cp.Stop() }, nil
 }
 
 func tail(s string, n int) string {

@@ -2,13 +2,11 @@ package manifests
 
 import (
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/leaseguard/leaseguard/webhook/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
 
 // The sample policy's MutatingAdmissionPolicy
@@ -20,14 +18,7 @@ import (
 // the CEL, reading the clock in whole seconds, stores what Go might
 // acknowledge.
 func TestAcknowledgementInTheAPIServerMatchesTheWebhook(t *testing.T) {
-	src, err := os.ReadFile("../../config/samples/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policyfile.Parse(src, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := samplePolicy(t)
 	r, err := Render(p, Defaults())
 	if err != nil {
 		t.Fatal(err)
@@ -129,14 +120,7 @@ func toAny(s []string) []any {
 // (--coalesce webhook, clusters without MutatingAdmissionPolicy) the
 // mutating webhook is still called for such a write, as before.
 func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
-	src, err := os.ReadFile("../../config/samples/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policyfile.Parse(src, policy.CompileOptions{OwnNamespace: "leaseguard-system"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := samplePolicy(t)
 	stored := time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC)
 	old, obj := mclWrite(stored)
 	mfEntry(obj, 0)["time"] = stored.Add(2500 * time.Millisecond).Truncate(time.Second).Format(time.RFC3339)

@@ -43,7 +43,8 @@ type router struct {
 	closed, open cel.Program
 }
 
-func sampleRouter(t *testing.T) *router {
+// samplePolicy is config/samples/policy.yaml, compiled.
+func samplePolicy(t *testing.T) *policy.Policy {
 	t.Helper()
 	src, err := os.ReadFile("../../config/samples/policy.yaml")
 	if err != nil {
@@ -53,7 +54,12 @@ func sampleRouter(t *testing.T) *router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Render(p, Defaults())
+	return p
+}
+
+func sampleRouter(t *testing.T) *router {
+	t.Helper()
+	r, err := Render(samplePolicy(t), Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,6 +133,28 @@ type Manager struct {
 	codes    map[int]int64
 	readErrs map[string]int64
 	sent     map[string]bool
+	// writes are the write requests' start times and round trips (the
+	// answer's headers), for the curve's latency.
+	writes []timedWrite
+}
+
+type timedWrite struct {
+	at time.Time
+	d  time.Duration
+}
+
+// WriteLatencies are the round trips of the write requests sent in
+// [from, to): what a renewal waits for the API server's answer.
+func (m *Manager) WriteLatencies(from, to time.Time) []time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []time.Duration
+	for _, w := range m.writes {
+		if !w.at.Before(from) && w.at.Before(to) {
+			out = append(out, w.d)
+		}
+	}
+	return out
 }
 
 // Start starts a manager; it runs until it exits or Kill.
@@ -305,13 +327,16 @@ type countingTransport struct {
 }
 
 func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || req.Method == http.MethodGet {
 		return resp, err
 	}
+	d := time.Since(start)
 	t.m.mu.Lock()
 	defer t.m.mu.Unlock()
 	t.m.codes[resp.StatusCode]++
+	t.m.writes = append(t.m.writes, timedWrite{at: start, d: d})
 	return resp, nil
 }
 
