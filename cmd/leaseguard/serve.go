@@ -54,7 +54,7 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	fs.StringVar(&self.MutatingWebhook, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
 	fs.BoolVar(&manageConfig, "manage-webhook-configurations", false, "keep the webhooks of leaseguard's configurations (and its coalescing policy) the rendering of the policy in force, on every reload (needs get and update on them; docs/design.md §5)")
 	fs.DurationVar(&resync, "webhook-configurations-resync", time.Minute, "--manage-webhook-configurations: how often a configuration rendered from the policy in force is checked for edits by others")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed, --manage-webhook-configurations and --metrics-secure: kubeconfig (default: in-cluster)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed, --manage-webhook-configurations and --metrics-secure: kubeconfig (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
 	fs.DurationVar(&self.LeafDuration, "leaf-duration", 7*24*time.Hour, "self-managed: lifetime of the serving certificate (renewed at two thirds)")
 	fs.DurationVar(&self.CADuration, "ca-duration", 365*24*time.Hour, "self-managed: lifetime of the CA (longer than --leaf-duration)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `address of /metrics and /debug/leases ("0" disables)`)
@@ -118,9 +118,13 @@ func envOr(name, fallback string) string {
 	return fallback
 }
 
+// restConfig is how serve reaches the API server: --kubeconfig when given,
+// else controller-runtime's search (ctrl.GetConfig): $KUBECONFIG, the
+// Pod's service account in a cluster, ~/.kube/config. It used to ignore
+// $KUBECONFIG and go in-cluster only, unlike every other Kubernetes tool.
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		return clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
-	return rest.InClusterConfig()
+	return ctrl.GetConfig()
 }
