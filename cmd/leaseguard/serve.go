@@ -122,6 +122,11 @@ func envOr(name, fallback string) string {
 // else controller-runtime's search (ctrl.GetConfig): $KUBECONFIG, the
 // Pod's service account in a cluster, ~/.kube/config. It used to ignore
 // $KUBECONFIG and go in-cluster only, unlike every other Kubernetes tool.
+// The config comes with client-side rate limiting off, as controller-runtime
+// hands it out (the API server's priority and fairness applies): what uses
+// it directly (configsync, the caBundle writer) sends a few requests a
+// minute, and the TokenReview lanes of --metrics-secure set their own
+// limits (webhook/server/metricsauth.go).
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		return clientcmd.BuildConfigFromFlags("", kubeconfig)
