@@ -130,6 +130,15 @@ an admin kubeconfig and runs until interrupted, then removes what it started.`,
 
 		if demo {
 			if err := startDemo(ctx, cp.Config, log.WithName("demo")); err != nil {
+				// A server that stopped meanwhile (a port taken between
+				// its choice and its use, say) is the cause: say so.
+				select {
+				case serr := <-serveErr:
+					if serr != nil {
+						return fmt.Errorf("leaseguard stopped while setting up the demo: %w", serr)
+					}
+				case <-time.After(2 * time.Second):
+				}
 				return fmt.Errorf("setting up the demo: %w", err)
 			}
 		}

@@ -20,37 +20,27 @@ import (
 func TestDevReachesReadyAndItsExamplesDoWhatTheySay(t *testing.T) {
 	dir := t.TempDir()
 	kc := filepath.Join(dir, "dev.kubeconfig")
-	cmd := exec.Command(binary, "dev", "--kubeconfig-out", kc,
-		"--metrics-bind-address", freeAddr(t), "--health-probe-bind-address", freeAddr(t))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	readyLine := make(chan struct{})
-	var printed controlplane.SyncBuffer
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			_, _ = printed.Write([]byte(sc.Text() + "\n"))
-			if sc.Text() == "ready" {
-				close(readyLine)
-			}
+	// The metrics and probe ports are chosen free here and bound by dev
+	// later, and another process of a busy machine may take one between:
+	// only that, as dev reports it, is tried again (twice).
+	var (
+		cmd     *exec.Cmd
+		exited  chan error
+		printed *controlplane.SyncBuffer
+		stderr  *strings.Builder
+	)
+	for attempt := 1; ; attempt++ {
+		var ready bool
+		var err error
+		cmd, exited, printed, stderr, ready, err = startDev(t, kc)
+		if ready {
+			break
 		}
-		exited <- cmd.Wait()
-	}()
-	select {
-	case <-readyLine:
-	case err := <-exited:
+		if attempt < 3 && strings.Contains(stderr.String(), "address already in use") {
+			t.Logf("attempt %d: a chosen port was taken before dev bound it; again", attempt)
+			continue
+		}
 		t.Fatalf("leaseguard dev exited before ready: %v\n%s\n%s", err, printed.String(), stderr.String())
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("leaseguard dev not ready within 2m\n%s\n%s", printed.String(), stderr.String())
 	}
 	defer func() {
 		_ = cmd.Process.Signal(os.Interrupt)
@@ -100,4 +90,44 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr())
+}
+
+// startDev starts leaseguard dev and waits for its "ready" line. It reports
+// whether dev got there; if not, dev has exited (err) or been killed after
+// two minutes.
+func startDev(t *testing.T, kc string) (cmd *exec.Cmd, exited chan error, printed *controlplane.SyncBuffer, stderr *strings.Builder, ready bool, err error) {
+	t.Helper()
+	cmd = exec.Command(binary, "dev", "--kubeconfig-out", kc,
+		"--metrics-bind-address", freeAddr(t), "--health-probe-bind-address", freeAddr(t))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan error, 1)
+	readyLine := make(chan struct{})
+	printed = &controlplane.SyncBuffer{}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			_, _ = printed.Write([]byte(sc.Text() + "\n"))
+			if sc.Text() == "ready" {
+				close(readyLine)
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	select {
+	case <-readyLine:
+		return cmd, exited, printed, stderr, true, nil
+	case err := <-exited:
+		return cmd, exited, printed, stderr, false, err
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		return cmd, exited, printed, stderr, false, fmt.Errorf("not ready within 2m")
+	}
 }
