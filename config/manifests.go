@@ -40,8 +40,9 @@ func Webhooks() ([]*admissionregistrationv1.MutatingWebhookConfiguration, []*adm
 			validating = append(validating, v)
 		case "":
 			// A document of comments only (the generated file's header).
-		case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
-			// The coalescing policy: installed by whoever installs the file.
+		case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			// The coalescing and renewals policies: installed by whoever
+			// installs the file.
 		default:
 			return nil, nil, fmt.Errorf("%s: unexpected kind %q", WebhooksPath, head.Kind)
 		}

@@ -110,6 +110,7 @@ var external = map[string][]string{
 	"apiserver_admission_webhook_rejection_count":          {"name", "type", "operation", "error_type", "rejection_code"},
 	"apiserver_admission_webhook_fail_open_count":          {"name", "type"},
 	"apiserver_mutating_admission_policy_check_total":      {"policy", "policy_binding", "error_type"},
+	"apiserver_validating_admission_policy_check_total":    {"policy", "policy_binding", "error_type", "enforcement_action"},
 	"certmanager_certificate_expiration_timestamp_seconds": {"name", "namespace", "issuer_name", "issuer_kind", "issuer_group"},
 	"certwatcher_read_certificate_errors_total":            nil,
 	"certwatcher_read_certificate_total":                   nil,

@@ -332,7 +332,7 @@ patches:
 					// namespace and creates none (helm --create-namespace,
 					// or the admin's, labelled as docs/helm.md says).
 					continue
-				case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+				case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 					// Intended: they are cluster-scoped, but kustomize's
 					// namespace transformer does not know these kinds and
 					// sets metadata.namespace on them (the API server
@@ -359,7 +359,8 @@ func dropLabel(o object, label string) {
 }
 
 // admissionKinds are what `leaseguard manifests` renders.
-var admissionKinds = []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+var admissionKinds = []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // admission picks the generator's objects out of a rendering, without what
 // the chart adds to them (Helm's labels, config/'s part-of, the CA injection
@@ -418,7 +419,8 @@ func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {
 						if mode == "selfManaged" && has {
 							t.Errorf("%s: inject-ca-from in selfManaged mode", key(o))
 						}
-					case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+					case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+						"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 					default:
 						if meta["namespace"] != ns {
 							t.Errorf("%s: namespace %v, want %s", key(o), meta["namespace"], ns)

@@ -182,7 +182,7 @@ func Start(o Options) (*ControlPlane, error) {
 		_ = os.RemoveAll(clientDir)
 		return nil, err
 	}
-	if err := InstallCoalescing(context.Background(), cfg, rendered); err != nil {
+	if err := InstallAdmissionPolicies(context.Background(), cfg, rendered); err != nil {
 		_ = env.Stop()
 		return nil, err
 	}
@@ -309,10 +309,12 @@ func (c *ControlPlane) InstallAdmission(ctx context.Context, path string, mo man
 			return err
 		}
 	}
-	coalesce := mo.Prefix + "-coalesce-renewals"
+	coalesce, renewals := mo.Prefix+"-coalesce-renewals", mo.Prefix+"-renewals"
 	_ = api.MutatingAdmissionPolicyBindings().Delete(ctx, coalesce, metav1.DeleteOptions{})
 	_ = api.MutatingAdmissionPolicies().Delete(ctx, coalesce, metav1.DeleteOptions{})
-	return InstallCoalescing(ctx, c.Config, rendered)
+	_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, renewals, metav1.DeleteOptions{})
+	_ = api.ValidatingAdmissionPolicies().Delete(ctx, renewals, metav1.DeleteOptions{})
+	return InstallAdmissionPolicies(ctx, c.Config, rendered)
 }
 
 // RemoveAdmission deletes the admission configuration named with prefix:
@@ -328,6 +330,8 @@ func (c *ControlPlane) RemoveAdmission(ctx context.Context, prefix string) error
 		api.MutatingWebhookConfigurations().Delete(ctx, prefix+"-mutating-webhook-configuration", metav1.DeleteOptions{}),
 		api.MutatingAdmissionPolicyBindings().Delete(ctx, prefix+"-coalesce-renewals", metav1.DeleteOptions{}),
 		api.MutatingAdmissionPolicies().Delete(ctx, prefix+"-coalesce-renewals", metav1.DeleteOptions{}),
+		api.ValidatingAdmissionPolicyBindings().Delete(ctx, prefix+"-renewals", metav1.DeleteOptions{}),
+		api.ValidatingAdmissionPolicies().Delete(ctx, prefix+"-renewals", metav1.DeleteOptions{}),
 	} {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
@@ -336,22 +340,31 @@ func (c *ControlPlane) RemoveAdmission(ctx context.Context, prefix string) error
 	return nil
 }
 
-// InstallCoalescing creates the rendered MutatingAdmissionPolicy and its
-// binding, when the policy coalesces renewals.
-func InstallCoalescing(ctx context.Context, cfg *rest.Config, r *manifests.Rendered) error {
-	if r.Coalescing == nil {
-		return nil
-	}
+// InstallAdmissionPolicies creates the rendered admission policies and
+// their bindings: the MutatingAdmissionPolicy that coalesces renewals and
+// the ValidatingAdmissionPolicy that decides plain renewals, where
+// rendered.
+func InstallAdmissionPolicies(ctx context.Context, cfg *rest.Config, r *manifests.Rendered) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	api := cs.AdmissionregistrationV1()
-	if _, err := api.MutatingAdmissionPolicies().Create(ctx, r.Coalescing, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("installing %s: %w", r.Coalescing.Name, err)
+	if r.Coalescing != nil {
+		if _, err := api.MutatingAdmissionPolicies().Create(ctx, r.Coalescing, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("installing %s: %w", r.Coalescing.Name, err)
+		}
+		if _, err := api.MutatingAdmissionPolicyBindings().Create(ctx, r.CoalescingBinding, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("installing %s: %w", r.CoalescingBinding.Name, err)
+		}
 	}
-	if _, err := api.MutatingAdmissionPolicyBindings().Create(ctx, r.CoalescingBinding, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("installing %s: %w", r.CoalescingBinding.Name, err)
+	if r.Renewals != nil {
+		if _, err := api.ValidatingAdmissionPolicies().Create(ctx, r.Renewals, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("installing %s: %w", r.Renewals.Name, err)
+		}
+		if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, r.RenewalsBinding, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("installing %s: %w", r.RenewalsBinding.Name, err)
+		}
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func InstallVAP(ctx context.Context, cfg *rest.Config, r *vap.Rendered) error {
 	}
 	api := cs.AdmissionregistrationV1()
 	if r.Coalescing != nil {
-		if err := InstallCoalescing(ctx, cfg, &manifests.Rendered{Coalescing: r.Coalescing, CoalescingBinding: r.CoalescingBinding}); err != nil {
+		if err := InstallAdmissionPolicies(ctx, cfg, &manifests.Rendered{Coalescing: r.Coalescing, CoalescingBinding: r.CoalescingBinding}); err != nil {
 			return err
 		}
 	}

@@ -205,6 +205,32 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred(), "a late renewal that moves renewTime forwards must pass while leaseguard is down")
 		Expect(late.GetResourceVersion()).NotTo(Equal(stored.GetResourceVersion()))
 
+		// Where leaseguard's renewals policy decides plain renewals in the
+		// API server, they are judged in full while leaseguard is down: a
+		// renewal moved back within the clock skew, which the fail-open
+		// route once stored unjudged, is refused with leaseguard's words.
+		renewals, vapErr := env.admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "leaseguard-renewals", metav1.GetOptions{})
+		if vapErr != nil {
+			Expect(apierrors.IsNotFound(vapErr)).To(BeTrue(), "reading the renewals policy: %v", vapErr)
+		}
+		decides := vapErr == nil && len(renewals.Spec.MatchConditions) > 0 && renewals.Spec.MatchConditions[len(renewals.Spec.MatchConditions)-1].Expression != "false"
+		if decides {
+			By("the designated manager's plain renewal is stored, and one moved back within the skew refused, by the renewals policy in the API server")
+			fresh, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))), metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred(), "a plain renewal, decided in the API server, must pass while leaseguard is down")
+			Expect(fresh.GetResourceVersion()).NotTo(Equal(late.GetResourceVersion()))
+			freshAt, err := time.Parse(time.RFC3339Nano, fresh.Object["spec"].(map[string]any)["renewTime"].(string))
+			Expect(err).NotTo(HaveOccurred())
+			_, err = shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(freshAt.Add(-300*time.Millisecond)))), metav1.PatchOptions{})
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
+			Expect(err).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'leaseguard-renewals' with binding 'leaseguard-renewals' denied request: leaseguard: rule e2e-mcl: " +
+				manager(outageTeam) + " moves renewTime backwards on multiclusterlease " + e2eNS + "/" + outageMCL + " (stored renewTime: " + freshAt.UTC().Format(time.RFC3339Nano) + ")")))
+			after, err := shared.Get(ctx, outageMCL, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(after.GetResourceVersion()).To(Equal(fresh.GetResourceVersion()), "a refused renewal was stored")
+			late = fresh
+		}
+
 		// Another manager's renewal: on a cluster with leaseguard's
 		// MutatingAdmissionPolicy the API server acknowledges it itself,
 		// leaseguard down or not (success, nothing stored: the same

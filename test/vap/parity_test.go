@@ -95,6 +95,53 @@ func TestVerdictParity(t *testing.T) {
 		}
 	}
 	report(t, results)
+
+	// As shipped, the renewals policy decides in the API server what the
+	// fail-open webhook decided before: the corpus must reach it (or the
+	// comparison above could not fail for it), and the renewals webhook
+	// must be called less than in the webhook-alone configuration.
+	refusedInProcess := 0
+	for _, r := range results {
+		if r.webhook != nil && strings.Contains(r.webhook.Message, "ValidatingAdmissionPolicy 'leaseguard-renewals'") {
+			refusedInProcess++
+		}
+	}
+	shipped, err := renewalsWebhookCalls(ctx, webhookEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := renewalsWebhookCalls(ctx, aloneEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the renewals policy, as shipped: %d refusals in the API server; calls to renewals.leases.leaseguard.io: %v as shipped, %v with the webhook alone", refusedInProcess, shipped, alone)
+	if refusedInProcess == 0 {
+		t.Error("no case was refused by the renewals policy as shipped: the corpus does not reach it")
+	}
+	if shipped >= alone {
+		t.Errorf("as shipped the renewals webhook was called %v times, the webhook alone %v: the renewals policy took nothing", shipped, alone)
+	}
+}
+
+// renewalsWebhookCalls is the API server's count of its calls to the
+// fail-open renewals webhook.
+func renewalsWebhookCalls(ctx context.Context, e *env) (float64, error) {
+	raw, err := e.admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("scraping the %s API server: %w", e.name, err)
+	}
+	var calls float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_count{") || !strings.Contains(line, `name="renewals.leases.leaseguard.io"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			return 0, fmt.Errorf("%s: %w", line, err)
+		}
+		calls += v
+	}
+	return calls, nil
 }
 
 // replayCase replays one case on both API servers at once, and classifies

@@ -512,10 +512,14 @@ func written(req *policy.Request, st *stored, shift time.Duration, n int, rewind
 }
 
 // labelled reports whether the replay of an UPDATE changes a label
-// (written): every one but those that change the finalizers, which change
-// something already.
+// (written), so that it changes something the API server stores: every one
+// but those that change the finalizers or move renewTime, which change
+// something already. A renewal must not: a label change takes it off the
+// fail-open route, so that neither the renewals policy nor the renewals
+// webhook would ever be compared.
 func labelled(req *policy.Request) bool {
-	return req.Old == nil || req.New == nil || req.Old.Finalizers == req.New.Finalizers
+	return req.Old == nil || req.New == nil ||
+		(req.Old.Finalizers == req.New.Finalizers && req.New.Spec.RenewTime.Equal(req.Old.Spec.RenewTime))
 }
 
 // send makes the case's write as its caller.

@@ -268,7 +268,14 @@ func (s *Syncer) sync(ctx context.Context, force bool) (Outcome, error) {
 				out.Repaired += w.content
 			}
 		}
-		w, err := s.syncValidating(ctx, live, want.Validating, sha)
+		w, err := s.syncRenewals(ctx, want)
+		count(w)
+		if errors.Is(err, errNotInstalled) {
+			notInstalled = append(notInstalled, "validatingadmissionpolicy "+s.Prefix+"-renewals")
+		} else if err != nil {
+			return err
+		}
+		w, err = s.syncValidating(ctx, live, want.Validating, sha)
 		if err != nil {
 			return err
 		}
@@ -460,57 +467,152 @@ func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistra
 // coalesces, deleted when it no longer does.
 func (s *Syncer) syncCoalescing(ctx context.Context, want *manifests.Rendered) (writes, error) {
 	api := s.Client.AdmissionregistrationV1()
-	name := s.Prefix + "-coalesce-renewals"
-	live, err := api.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+	return syncPolicyPair(ctx, s, s.Prefix+"-coalesce-renewals", policyPair[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding]{
+		kind: "mutatingadmissionpolicy", why: "the policy no longer coalesces renewals",
+		getPolicy: func(ctx context.Context, n string) (*admissionregistrationv1.MutatingAdmissionPolicy, error) {
+			return api.MutatingAdmissionPolicies().Get(ctx, n, metav1.GetOptions{})
+		},
+		getBinding: func(ctx context.Context, n string) (*admissionregistrationv1.MutatingAdmissionPolicyBinding, error) {
+			return api.MutatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
+		},
+		updatePolicy: func(ctx context.Context, p *admissionregistrationv1.MutatingAdmissionPolicy, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingAdmissionPolicy, error) {
+			return api.MutatingAdmissionPolicies().Update(ctx, p, o)
+		},
+		updateBinding: func(ctx context.Context, b *admissionregistrationv1.MutatingAdmissionPolicyBinding, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingAdmissionPolicyBinding, error) {
+			return api.MutatingAdmissionPolicyBindings().Update(ctx, b, o)
+		},
+		deletePolicy: func(ctx context.Context, n string) error {
+			return api.MutatingAdmissionPolicies().Delete(ctx, n, metav1.DeleteOptions{})
+		},
+		deleteBinding: func(ctx context.Context, n string) error {
+			return api.MutatingAdmissionPolicyBindings().Delete(ctx, n, metav1.DeleteOptions{})
+		},
+		withSpec: func(live, want *admissionregistrationv1.MutatingAdmissionPolicy) *admissionregistrationv1.MutatingAdmissionPolicy {
+			next := live.DeepCopy()
+			next.Spec = want.Spec
+			return next
+		},
+		bindingWithSpec: func(live, want *admissionregistrationv1.MutatingAdmissionPolicyBinding) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+			next := live.DeepCopy()
+			next.Spec = want.Spec
+			return next
+		},
+		samePolicy: func(a, b *admissionregistrationv1.MutatingAdmissionPolicy) bool {
+			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		},
+		sameBinding: func(a, b *admissionregistrationv1.MutatingAdmissionPolicyBinding) bool {
+			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		},
+	}, want.Coalescing, want.CoalescingBinding, want.Coalescing != nil)
+}
+
+// syncRenewals keeps the ValidatingAdmissionPolicy that decides plain
+// renewals in the API server (manifests' renewals.go), and its binding.
+// It is synced before the validating webhooks: while the two differ, a
+// renewal either policy's new rendering takes is decided in process at
+// once, and one the webhook's old condition still takes as well is decided
+// twice, alike, never by neither.
+func (s *Syncer) syncRenewals(ctx context.Context, want *manifests.Rendered) (writes, error) {
+	api := s.Client.AdmissionregistrationV1()
+	return syncPolicyPair(ctx, s, s.Prefix+"-renewals", policyPair[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding]{
+		kind: "validatingadmissionpolicy", why: "the install no longer decides renewals in the API server",
+		getPolicy: func(ctx context.Context, n string) (*admissionregistrationv1.ValidatingAdmissionPolicy, error) {
+			return api.ValidatingAdmissionPolicies().Get(ctx, n, metav1.GetOptions{})
+		},
+		getBinding: func(ctx context.Context, n string) (*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+			return api.ValidatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
+		},
+		updatePolicy: func(ctx context.Context, p *admissionregistrationv1.ValidatingAdmissionPolicy, o metav1.UpdateOptions) (*admissionregistrationv1.ValidatingAdmissionPolicy, error) {
+			return api.ValidatingAdmissionPolicies().Update(ctx, p, o)
+		},
+		updateBinding: func(ctx context.Context, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, o metav1.UpdateOptions) (*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+			return api.ValidatingAdmissionPolicyBindings().Update(ctx, b, o)
+		},
+		deletePolicy: func(ctx context.Context, n string) error {
+			return api.ValidatingAdmissionPolicies().Delete(ctx, n, metav1.DeleteOptions{})
+		},
+		deleteBinding: func(ctx context.Context, n string) error {
+			return api.ValidatingAdmissionPolicyBindings().Delete(ctx, n, metav1.DeleteOptions{})
+		},
+		withSpec: func(live, want *admissionregistrationv1.ValidatingAdmissionPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
+			next := live.DeepCopy()
+			next.Spec = want.Spec
+			return next
+		},
+		bindingWithSpec: func(live, want *admissionregistrationv1.ValidatingAdmissionPolicyBinding) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+			next := live.DeepCopy()
+			next.Spec = want.Spec
+			return next
+		},
+		samePolicy: func(a, b *admissionregistrationv1.ValidatingAdmissionPolicy) bool {
+			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		},
+		sameBinding: func(a, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		},
+	}, want.Renewals, want.RenewalsBinding, want.Renewals != nil)
+}
+
+// policyPair is what syncPolicyPair needs of one kind of admission policy
+// and its binding: their typed clients, and how a rendering's spec is laid
+// on what is stored.
+type policyPair[P, B interface{ GetName() string }] struct {
+	kind, why                   string
+	getPolicy                   func(context.Context, string) (P, error)
+	getBinding                  func(context.Context, string) (B, error)
+	updatePolicy                func(context.Context, P, metav1.UpdateOptions) (P, error)
+	updateBinding               func(context.Context, B, metav1.UpdateOptions) (B, error)
+	deletePolicy, deleteBinding func(context.Context, string) error
+	withSpec                    func(live, want P) P
+	bindingWithSpec             func(live, want B) B
+	samePolicy                  func(a, b P) bool
+	sameBinding                 func(a, b B) bool
+}
+
+// syncPolicyPair keeps an admission policy the install created, and its
+// binding, the rendering want (unless wanted, deleted: the binding first). One the
+// install did not create is reported, never created.
+func syncPolicyPair[P, B interface{ GetName() string }](ctx context.Context, s *Syncer, name string, c policyPair[P, B], want P, wantBinding B, wanted bool) (writes, error) {
+	live, err := c.getPolicy(ctx, name)
 	if apierrors.IsNotFound(err) {
-		if want.Coalescing == nil {
+		if !wanted {
 			return writes{}, nil
 		}
 		return writes{}, errNotInstalled
 	}
 	if err != nil {
-		return writes{}, fmt.Errorf("mutatingadmissionpolicy %s: %w", name, err)
+		return writes{}, fmt.Errorf("%s %s: %w", c.kind, name, err)
 	}
-	if want.Coalescing == nil {
+	if !wanted {
 		// The binding first: a binding without its policy is an error the
 		// API server reports on every write it matches.
-		if err := api.MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return writes{}, fmt.Errorf("mutatingadmissionpolicybinding %s: %w", name, err)
+		if err := c.deleteBinding(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+			return writes{}, fmt.Errorf("%sbinding %s: %w", c.kind, name, err)
 		}
-		if err := api.MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return writes{}, fmt.Errorf("mutatingadmissionpolicy %s: %w", name, err)
+		if err := c.deletePolicy(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+			return writes{}, fmt.Errorf("%s %s: %w", c.kind, name, err)
 		}
-		s.Log.Info("deleted: the policy no longer coalesces renewals", "mutatingadmissionpolicy", name)
+		s.Log.Info("deleted: "+c.why, c.kind, name)
 		return writes{updated: 1, content: 1}, nil
 	}
-	next := live.DeepCopy()
-	next.Spec = want.Coalescing.Spec
-	w, err := writeIfChanged(ctx, s.Log, "mutatingadmissionpolicy", live, next,
-		func(ctx context.Context, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingAdmissionPolicy, error) {
-			return api.MutatingAdmissionPolicies().Update(ctx, next, o)
-		}, nil,
-		func(a, b *admissionregistrationv1.MutatingAdmissionPolicy) bool {
-			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
-		}, nil)
+	next := c.withSpec(live, want)
+	w, err := writeIfChanged(ctx, s.Log, c.kind, live, next,
+		func(ctx context.Context, o metav1.UpdateOptions) (P, error) { return c.updatePolicy(ctx, next, o) }, nil, c.samePolicy, nil)
 	if err != nil {
 		return writes{}, err
 	}
-	liveBinding, err := api.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+	liveBinding, err := c.getBinding(ctx, name)
 	if apierrors.IsNotFound(err) {
 		return w, errNotInstalled
 	}
 	if err != nil {
-		return w, fmt.Errorf("mutatingadmissionpolicybinding %s: %w", name, err)
+		return w, fmt.Errorf("%sbinding %s: %w", c.kind, name, err)
 	}
-	nextBinding := liveBinding.DeepCopy()
-	nextBinding.Spec = want.CoalescingBinding.Spec
-	b, err := writeIfChanged(ctx, s.Log, "mutatingadmissionpolicybinding", liveBinding, nextBinding,
-		func(ctx context.Context, o metav1.UpdateOptions) (*admissionregistrationv1.MutatingAdmissionPolicyBinding, error) {
-			return api.MutatingAdmissionPolicyBindings().Update(ctx, nextBinding, o)
-		}, nil,
-		func(a, b *admissionregistrationv1.MutatingAdmissionPolicyBinding) bool {
-			return equality.Semantic.DeepEqual(a.Spec, b.Spec)
-		}, nil)
+	nextBinding := c.bindingWithSpec(liveBinding, wantBinding)
+	b, err := writeIfChanged(ctx, s.Log, c.kind+"binding", liveBinding, nextBinding,
+		func(ctx context.Context, o metav1.UpdateOptions) (B, error) {
+			return c.updateBinding(ctx, nextBinding, o)
+		}, nil, c.sameBinding, nil)
 	return writes{updated: w.updated + b.updated, content: w.content + b.content}, err
 }
 

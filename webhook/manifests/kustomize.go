@@ -3,6 +3,7 @@ package manifests
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -27,9 +28,19 @@ type patchDoc = map[string]any
 func (r *Rendered) KustomizePatch(header string) ([]byte, error) {
 	var docs []patchDoc
 	prefix := strings.TrimSuffix(r.Validating.Name, "-validating-webhook-configuration")
-	mapName := prefix + "-coalesce-renewals"
-	if r.Coalescing != nil {
-		for _, obj := range []any{r.Coalescing, r.CoalescingBinding} {
+	// The admission policies: each replaced, or deleted where not rendered.
+	for _, pol := range []struct {
+		kind, name string
+		objs       []any
+	}{
+		{"MutatingAdmissionPolicy", prefix + "-coalesce-renewals", []any{r.Coalescing, r.CoalescingBinding}},
+		{"ValidatingAdmissionPolicy", prefix + "-renewals", []any{r.Renewals, r.RenewalsBinding}},
+	} {
+		if reflect.ValueOf(pol.objs[0]).IsNil() {
+			docs = append(docs, deletePatch(pol.kind, pol.name), deletePatch(pol.kind+"Binding", pol.name))
+			continue
+		}
+		for _, obj := range pol.objs {
 			m, err := toPatchDoc(obj)
 			if err != nil {
 				return nil, err
@@ -38,8 +49,6 @@ func (r *Rendered) KustomizePatch(header string) ([]byte, error) {
 			m["spec"].(patchDoc)["$patch"] = "replace"
 			docs = append(docs, m)
 		}
-	} else {
-		docs = append(docs, deletePatch("MutatingAdmissionPolicy", mapName), deletePatch("MutatingAdmissionPolicyBinding", mapName))
 	}
 	v, err := webhooksPatch(r.Validating, "ValidatingWebhookConfiguration", r.Validating.Name, []string{ValidateWebhook, RenewalsWebhook})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -118,6 +119,7 @@ func Render(p *policy.Policy, o Options) (*Rendered, error) {
 		switch obj {
 		case objValidating:
 			out.Validating = got.Validating
+			out.Renewals, out.RenewalsBinding = got.Renewals, got.RenewalsBinding
 		case objMutating:
 			out.Mutating = got.Mutating
 		case objCoalescing:
@@ -152,6 +154,7 @@ func fit(base func(level, error) *generator, obj object) (*Rendered, error) {
 		switch obj {
 		case objValidating:
 			out.Validating = g.validating()
+			out.Renewals, out.RenewalsBinding = g.renewalsPolicy()
 		case objMutating:
 			out.Mutating = g.mutating()
 		case objCoalescing:
@@ -556,6 +559,15 @@ func checkLimits(r *Rendered) error {
 	}
 	if r.Coalescing != nil {
 		add("mutatingadmissionpolicy "+r.Coalescing.Name, r.Coalescing.Spec.MatchConditions)
+	}
+	if r.Renewals != nil {
+		add("validatingadmissionpolicy "+r.Renewals.Name, r.Renewals.Spec.MatchConditions)
+		for i, v := range r.Renewals.Spec.Validations {
+			exprs = append(exprs, Expression{Where: "validatingadmissionpolicy " + r.Renewals.Name + ", validation " + strconv.Itoa(i), Text: v.Expression})
+			if v.MessageExpression != "" {
+				exprs = append(exprs, Expression{Where: "validatingadmissionpolicy " + r.Renewals.Name + ", message of validation " + strconv.Itoa(i), Text: v.MessageExpression})
+			}
+		}
 	}
 	return CheckExpressions(exprs)
 }

@@ -79,6 +79,12 @@ type Rendered struct {
 	// server.
 	Coalescing        *admissionregistrationv1.MutatingAdmissionPolicy
 	CoalescingBinding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	// Renewals and its binding, the ValidatingAdmissionPolicy that decides
+	// plain renewals inside the API server (renewals.go), are nil where
+	// they are not rendered (clusters without admission policies in v1,
+	// the fail-open rendering, broader selections).
+	Renewals        *admissionregistrationv1.ValidatingAdmissionPolicy
+	RenewalsBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	// Notes say where the rendering is broader than the policy, and why.
 	Notes []string
 	// Limits are the notes of Notes that say where the policy does not fit
@@ -152,6 +158,9 @@ type generator struct {
 	covers     map[int]bool
 	sels       []string
 	limits     []string
+	// renewalsTooLarge says the renewals policy takes nothing, as saying
+	// what it takes would not fit (renewalsFit).
+	renewalsTooLarge bool
 }
 
 func (g *generator) note(format string, args ...any) {
@@ -388,11 +397,30 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		// refusal always names the same webhook; a handler still decides
 		// whatever it receives (after a policy change, before the
 		// configuration follows, the routing may be the old policy's).
+		// What the renewals policy decides in the API server does not
+		// come here (renewals.go).
 		entry(RenewalsWebhook, admission.RenewalsPath, &ignore, updates, false, admissionregistrationv1.MatchCondition{
-			Name: "selected-and-changed", Expression: celexpr.And(selected, celexpr.Not(noopFirstRenewTime()), celexpr.Not(closed)),
+			Name: "selected-and-changed", Expression: g.renewalsWebhookCondition(selected, closed),
 		}),
 	}
 	return cfg
+}
+
+// renewalsWebhookCondition renders the renewals webhook's condition: the
+// fail-open route but what the renewals policy decides, where both fit
+// (renewalsFit); else the whole route, and the policy takes nothing.
+func (g *generator) renewalsWebhookCondition(selected, closed string) string {
+	route := celexpr.And(selected, celexpr.Not(noopFirstRenewTime()), celexpr.Not(closed))
+	if !g.rendersRenewalsPolicy() {
+		return route
+	}
+	narrowed := celexpr.And(route, celexpr.Not(g.inProcess()))
+	if !g.renewalsFit(narrowed) {
+		g.renewalsTooLarge = true
+		g.note("the renewals policy decides no renewal: the selection, said once more, does not fit the API server's limits; plain renewals go to the fail-open webhook")
+		return route
+	}
+	return narrowed
 }
 
 // RenewTimeLayout is the one form of a MultiClusterLease renewTime that

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,9 @@ func program(t *testing.T, expr string) cel.Program {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err = env.Extend(cel.Variable("request", cel.DynType), cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType))
+	// variables: an admission policy's (the renewals policy's "rule").
+	env, err = env.Extend(cel.Variable("request", cel.DynType), cel.Variable("object", cel.DynType), cel.Variable("oldObject", cel.DynType),
+		cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +40,12 @@ func program(t *testing.T, expr string) cel.Program {
 }
 
 // route evaluates the sample policy's rendered conditions on one write and
-// says which webhook the API server calls: "closed", "open" or "none".
+// says what decides it: the fail-closed webhook ("closed"), the fail-open
+// one ("open"), the renewals policy in the API server ("policy") or
+// nothing ("none").
 type router struct {
-	t            *testing.T
-	closed, open cel.Program
+	t                    *testing.T
+	closed, open, policy cel.Program
 }
 
 // samplePolicy is config/samples/policy.yaml, compiled.
@@ -64,9 +69,13 @@ func sampleRouter(t *testing.T) *router {
 		t.Fatal(err)
 	}
 	hooks := r.Validating.Webhooks
+	if r.Renewals == nil {
+		t.Fatal("the default rendering has no renewals policy")
+	}
 	return &router{t: t,
 		closed: program(t, condition(hooks[0].MatchConditions, "selected-fail-closed")),
-		open:   program(t, condition(hooks[1].MatchConditions, "selected-and-changed"))}
+		open:   program(t, condition(hooks[1].MatchConditions, "selected-and-changed")),
+		policy: program(t, condition(r.Renewals.Spec.MatchConditions, "renewal-decided-in-process"))}
 }
 
 func (r *router) route(req, old, obj map[string]any) string {
@@ -74,6 +83,16 @@ func (r *router) route(req, old, obj map[string]any) string {
 	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
 	c, _, cerr := r.closed.Eval(vars)
 	o, _, oerr := r.open.Eval(vars)
+	if p, _, perr := r.policy.Eval(vars); perr != nil && cerr == nil {
+		// An error in the policy's condition refuses the write
+		// (failurePolicy Fail): only where the fail-closed webhook's does.
+		r.t.Fatalf("only the renewals policy's condition failed: %v", perr)
+	} else if perr == nil && p.Value() == true {
+		if (cerr == nil && c.Value() == true) || (oerr == nil && o.Value() == true) {
+			r.t.Fatalf("the renewals policy and a webhook both take the write")
+		}
+		return "policy"
+	}
 	switch {
 	case cerr != nil || oerr != nil:
 		// The fail-closed webhook's condition failing refuses the write
@@ -157,8 +176,23 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 		want   string
 		before string // what the earlier rendering did
 	}{
-		{"a manager's plain renewal", func() (map[string]any, map[string]any) { return renewal(now) }, managerB, "open", "open"},
-		{"the designated manager's plain renewal", func() (map[string]any, map[string]any) { return renewal(now) }, designatedA, "open", "open"},
+		{"a manager's plain renewal", func() (map[string]any, map[string]any) { return renewal(now) }, managerB, "policy", "open"},
+		{"the designated manager's plain renewal", func() (map[string]any, map[string]any) { return renewal(now) }, designatedA, "policy", "open"},
+		{"a renewal within the second past the stamp + the skew: only the clock to the millisecond tells", func() (map[string]any, map[string]any) {
+			return renewal(now.Truncate(time.Second).Add(2*time.Second + 500*time.Millisecond))
+		}, managerB, "open", "open"},
+		{"a renewal stamped before a stored record of a renewal write", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			mfEntry(old, 0)["time"] = now.Add(time.Second).Truncate(time.Second).Format(time.RFC3339)
+			return old, obj
+		}, managerB, "open", "open"},
+		{"a renewal of a MultiClusterLease without a holder (I2 and I6 apply)", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			old["spec"].(map[string]any)["holderIdentity"] = ""
+			obj["spec"].(map[string]any)["holderIdentity"] = ""
+			return old, obj
+		}, managerB, "open", "open"},
+		{"an operator's renewal (admitted whatever it writes)", func() (map[string]any, map[string]any) { return renewal(now) }, "system:masters", "closed", "closed"},
 		{"a renewal admission made a no-op (managedFields times alone differ)", func() (map[string]any, map[string]any) {
 			old, obj := mclWrite(stored)
 			mfEntry(obj, 0)["time"] = stamp
@@ -186,7 +220,7 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			old["spec"].(map[string]any)["renewTime"] = now.Format(micro)
 			obj["spec"].(map[string]any)["renewTime"] = now.Add(-time.Millisecond).Format(micro)
 			return old, obj
-		}, managerB, "open", "open"},
+		}, managerB, "policy", "open"},
 		{"round 4.3: renewTime more than the skew behind the API server's stamp", func() (map[string]any, map[string]any) {
 			return renewal(now.Truncate(time.Second).Add(-2*time.Second - time.Millisecond))
 		}, managerB, "closed", "open"},
@@ -195,7 +229,7 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			obj["spec"].(map[string]any)["renewTime"] = now.Add(-5 * time.Second).Format(micro)
 			mfEntry(obj, 0)["time"] = stamp
 			return old, obj
-		}, managerB, "open", "closed"},
+		}, managerB, "policy", "closed"},
 		{"a late renewal that moves renewTime backwards, beyond the skew", func() (map[string]any, map[string]any) {
 			old, obj := mclWrite(stored)
 			obj["spec"].(map[string]any)["renewTime"] = now.Add(-5 * time.Second).Format(micro)
@@ -271,5 +305,69 @@ func TestDeleteCollectionItemsAreSelectedByName(t *testing.T) {
 	old["metadata"].(map[string]any)["name"] = "other"
 	if got, _, err := closed.Eval(map[string]any{"request": req, "oldObject": old, "object": nil}); err != nil || got.Value() != false {
 		t.Fatalf("a deletecollection item of another lease: %v (%v), want false", got, err)
+	}
+}
+
+// Every expression of the renewals policy compiles in the API server's
+// CEL environment (an installation the API server refuses would leave
+// the renewals it should decide to the fail-open webhook's narrowed
+// condition, that is to nobody), for a policy with each kind of rule.
+func TestTheRenewalsPolicyCompiles(t *testing.T) {
+	r := render(t, head+`- name: mcl
+  resources: [multiclusterleases]
+  namespaces: [team-a]
+  managers: ["svc:*"]
+  designation: auto
+  operators: ["ops"]
+- name: leases-auto
+  resources: [leases]
+  namespaces: [team-b]
+  managers: ["svc:*"]
+  minRenewInterval: auto
+- name: leases-fixed
+  resources: [leases, multiclusterleases]
+  namespaces: [team-c]
+  managers: ["svc:*"]
+  minRenewInterval: 6s
+- name: warned
+  resources: [leases]
+  namespaces: [team-d]
+  managers: ["svc:*"]
+  enforcement: warn
+`, Defaults())
+	if r.Renewals == nil || r.RenewalsBinding == nil {
+		t.Fatal("no renewals policy rendered")
+	}
+	if got := condition(r.Renewals.Spec.MatchConditions, "renewal-decided-in-process"); got == "false" {
+		t.Fatal("the renewals policy decides nothing")
+	}
+	for _, mc := range r.Renewals.Spec.MatchConditions {
+		program(t, mc.Expression)
+	}
+	for _, v := range r.Renewals.Spec.Variables {
+		program(t, v.Expression)
+	}
+	if len(r.Renewals.Spec.Validations) == 0 {
+		t.Fatal("no validations")
+	}
+	for _, v := range r.Renewals.Spec.Validations {
+		program(t, v.Expression)
+		if v.MessageExpression != "" {
+			program(t, v.MessageExpression)
+		}
+	}
+	for _, rule := range []string{"rule mcl:", "rule leases-auto:", "rule leases-fixed:"} {
+		found := false
+		for _, v := range r.Renewals.Spec.Validations {
+			found = found || strings.Contains(v.MessageExpression, rule)
+		}
+		if !found {
+			t.Errorf("no validation speaks for %s", rule)
+		}
+	}
+	for _, v := range r.Renewals.Spec.Validations {
+		if strings.Contains(v.MessageExpression, "rule warned:") {
+			t.Errorf("a warn rule's renewals are decided in process: %s", v.MessageExpression)
+		}
 	}
 }

@@ -62,11 +62,16 @@ func WriteYAML(header string, comments []string, objs []any) ([]byte, error) {
 }
 
 // Objects lists the rendered objects in the order they are installed: the
-// coalescing policy, then the webhooks.
+// admission policies (in process: a renewal they decide is never sent to
+// a webhook that is not yet narrowed to leave it to them), then the
+// webhooks.
 func (r *Rendered) Objects() []any {
 	var out []any
 	if r.Coalescing != nil {
 		out = append(out, r.Coalescing, r.CoalescingBinding)
+	}
+	if r.Renewals != nil {
+		out = append(out, r.Renewals, r.RenewalsBinding)
 	}
 	out = append(out, r.Validating)
 	if r.Mutating != nil {

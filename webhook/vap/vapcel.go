@@ -891,35 +891,14 @@ func invariantOf(code string) policy.Invariant {
 // allowed, cut to 255 characters. Values that do not print as themselves
 // are not shown (clip).
 func (c *vapCEL) message(f *refusal) string {
-	var msg string
 	if strings.HasPrefix(f.code, codeUnreadable) {
-		msg = f.problem
-	} else {
-		msg = "(" + strings.Join([]string{
-			lit("leaseguard: rule " + c.r.Name + ": "), clip(v("user")), "' '", f.problem, lit(" " + c.kind() + " "),
-			"request.?namespace.orValue('')", "'/'", celexpr.ObjectName,
-		}, " + ")
-		if f.hint != "" {
-			msg += " + ' (' + " + f.hint + " + ')'"
-		}
-		msg += ")"
+		return "[" + f.problem + "].map(m, m.size() > 255 ? m.substring(0, 252) + '...' : m)[0]"
 	}
-	return "[" + msg + "].map(m, m.size() > 255 ? m.substring(0, 252) + '...' : m)[0]"
+	return celexpr.Refusal(c.r.Name, v("user"), f.problem, lit(c.kind()), f.hint)
 }
 
-// printableCEL renders "s prints as itself": letters, marks, numbers,
-// punctuation, symbols and the ASCII space (Go's strconv.IsPrint), which
-// leaseguard's messages do not escape.
-func printableCEL(s string) string {
-	return "!" + s + ".matches('[^\\\\p{L}\\\\p{M}\\\\p{N}\\\\p{P}\\\\p{S} ]')"
-}
-
-// clip cuts a value to 80 characters, as leaseguard's messages do. A value
-// with characters that do not print as themselves, which the webhook
-// escapes, is not shown.
-func clip(s string) string {
-	return celexpr.Ternary(printableCEL(s), celexpr.Ternary(s+".size() > 80", s+".substring(0, 77) + '...'", s), lit("(not printable)"))
-}
+// clip cuts a value as leaseguard's messages do (celexpr.Clip).
+func clip(s string) string { return celexpr.Clip(s) }
 
 // relative abbreviates a username that shares a long prefix with the
 // caller's (policy's check.relative): after the last ':' of the common
@@ -932,13 +911,8 @@ func relative(u string) string {
 		" : " + clip("('...' + "+segs+".slice(k, "+segs+".size()).join(':'))") + ")[0]"
 }
 
-// rfc3339 renders a timestamp in UTC to the second, as Go's time.RFC3339.
-func rfc3339(t string) string { return "string(timestamp(int(" + t + ")))" }
-
-// rfc3339Nano renders a timestamp in UTC with its fraction.
-func rfc3339Nano(t string) string {
-	return "[" + t + "].map(t, string(timestamp(int(t)) + (t - timestamp(int(t)))))[0]"
-}
+func rfc3339(t string) string     { return celexpr.RFC3339(t) }
+func rfc3339Nano(t string) string { return celexpr.RFC3339Nano(t) }
 
 // in renders "in 12s" for a time shortly after the clock, rounded up to
 // whole seconds, and "at <date>" for one beyond two days.
