@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -60,7 +61,9 @@ var _ = Describe("the load curve", Label("curve"), func() {
 			Expect(os.WriteFile(path, []byte(report), 0o644)).To(Succeed())
 		}
 		if path := os.Getenv("CURVE_PLOT"); path != "" {
-			Expect(plotCurve(path, ns, modes, points)).To(Succeed())
+			Expect(plotCurve(path, ns, modes, func(mode admission, n, col int) float64 {
+				return median(points[curveKey(mode, n)], curveColumns[col].v)
+			})).To(Succeed())
 		}
 		for key, ps := range points {
 			for _, p := range ps {
@@ -340,7 +343,7 @@ func coalesceInterval() time.Duration {
 
 // plotCurve draws one panel per column: the median against N, a line per
 // mode, on logarithmic axes.
-func plotCurve(path string, ns []int, modes []admission, points map[string][]curvePoint) error {
+func plotCurve(path string, ns []int, modes []admission, value func(mode admission, n, col int) float64) error {
 	colors := []color.Color{color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}}
 	const cols = 3
 	rows := (len(curveColumns) + cols - 1) / cols
@@ -357,7 +360,7 @@ func plotCurve(path string, ns []int, modes []admission, points map[string][]cur
 		for j, mode := range modes {
 			xys := make(plotter.XYs, 0, len(ns))
 			for _, n := range ns {
-				if v := median(points[curveKey(mode, n)], col.v); v > 0 {
+				if v := value(mode, n, i); v > 0 {
 					xys = append(xys, plotter.XY{X: float64(n), Y: v})
 				}
 			}
@@ -371,6 +374,16 @@ func plotCurve(path string, ns []int, modes []admission, points map[string][]cur
 			line.Color, dots.Color = colors[j%len(colors)], colors[j%len(colors)]
 			p.Add(line, dots)
 			p.Legend.Add(modeShort(mode), line, dots)
+		}
+		// Whole decades: gonum fits a log axis to the data, so a flat
+		// series (13.2 then 12.5 calls a minute) was drawn as a fall across
+		// the panel, with no tick labelled.
+		if p.Y.Min > 0 && p.Y.Max > 0 {
+			p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
+			p.Y.Max = math.Pow(10, math.Ceil(math.Log10(p.Y.Max)))
+			if p.Y.Max <= p.Y.Min {
+				p.Y.Max = p.Y.Min * 10
+			}
 		}
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Draw(tiles.At(dc, i%cols, i/cols)) // At takes the column, then the row
