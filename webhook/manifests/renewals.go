@@ -130,6 +130,11 @@ func (g *generator) commonDecidable() string {
 			mcl := []string{
 				"request.resource.resource == 'multiclusterleases'",
 				celexpr.Spec("oldObject", "holderIdentity") + ".orValue('') != ''",
+				// acquireTime is no lease field of IdentityChange's for a
+				// MultiClusterLease: one the write changes is left to the
+				// webhook (and the clock check below never reads a time
+				// CEL's timestamp() may fail on).
+				celexpr.Spec("object", "acquireTime") + " == " + celexpr.Spec("oldObject", "acquireTime"),
 				celexpr.Or("!has(oldObject.spec.acquireTime)", "string(oldObject.spec.acquireTime).matches("+re+")"),
 			}
 			for _, f := range []string{"leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds"} {

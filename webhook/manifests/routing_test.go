@@ -192,6 +192,11 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			obj["spec"].(map[string]any)["holderIdentity"] = ""
 			return old, obj
 		}, managerB, "open", "open"},
+		{"a renewal that also changes acquireTime, to a time CEL cannot read", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			obj["spec"].(map[string]any)["acquireTime"] = "0500-01-01T00:00:00.000000+24:00"
+			return old, obj
+		}, managerB, "open", "open"},
 		{"an operator's renewal (admitted whatever it writes)", func() (map[string]any, map[string]any) { return renewal(now) }, "system:masters", "closed", "closed"},
 		{"a renewal admission made a no-op (managedFields times alone differ)", func() (map[string]any, map[string]any) {
 			old, obj := mclWrite(stored)
