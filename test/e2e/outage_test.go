@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 
@@ -250,6 +251,61 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 		} else {
 			Expect(renewed.GetResourceVersion()).NotTo(Equal(late.GetResourceVersion()), "stored through the fail-open route")
 		}
+	})
+
+	// Under designation by annotation nobody renews until an operator
+	// records the designated manager. Such a renewal once rode the
+	// fail-open webhook and was stored unjudged while leaseguard was down.
+	It("renews a Lease designated by annotation only once an operator records the designated manager, leaseguard down or not", func() {
+		ops, err := kubernetes.NewForConfig(impersonating(operators, "", operators))
+		Expect(err).NotTo(HaveOccurred())
+		leases := func(team string) coordinationclient.LeaseInterface {
+			return leasesAs(team).CoordinationV1().Leases(e2eNS)
+		}
+		const name = "annotated-lease"
+		now := metav1.NewMicroTime(time.Now())
+		created, err := ops.CoordinationV1().Leases(e2eNS).Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e2eNS},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(pod(outageTeam) + "_1"), LeaseDurationSeconds: ptr.To[int32](15),
+				AcquireTime: &now, RenewTime: &now},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			_ = ops.CoordinationV1().Leases(e2eNS).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+		renew := func(team string, from *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			renewed := from.DeepCopy()
+			renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			return leases(team).Update(ctx, renewed, metav1.UpdateOptions{})
+		}
+
+		By("with leaseguard up, a manager's renewal is refused: no designated manager yet")
+		_, err = renew(outageTeam, created)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
+		Expect(said(err)).To(Equal("leaseguard: rule e2e-annotated-leases: " + manager(outageTeam) + " may not write lease " + e2eNS + "/" + name +
+			" (no designated manager yet: an operator sets annotation " + designation + ")"))
+		expectUnchanged(ctx, created)
+
+		By("with leaseguard down, the same renewal is refused too, not stored unjudged")
+		restart := stopLeaseguard("down")
+		_, err = renew(outageTeam, created)
+		Expect(err).To(MatchError(ContainSubstring("failed calling webhook \"validate.leases.leaseguard.io\"")))
+		expectUnchanged(ctx, created)
+		restart()
+
+		By("an operator records the designated manager; with leaseguard down its renewals flow, another manager's are refused")
+		designated := created.DeepCopy()
+		designated.Annotations = map[string]string{designation: manager(outageTeam)}
+		designated, err = ops.CoordinationV1().Leases(e2eNS).Update(ctx, designated, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		restart = stopLeaseguard("down")
+		defer restart()
+		renewed, err := renew(outageTeam, designated)
+		Expect(err).NotTo(HaveOccurred(), "the designated manager's plain renewal must pass while leaseguard is down")
+		Expect(renewed.ResourceVersion).NotTo(Equal(designated.ResourceVersion))
+		_, err = renew("team-b", renewed)
+		Expect(err).To(MatchError(ContainSubstring("failed calling webhook \"validate.leases.leaseguard.io\"")))
+		expectUnchanged(ctx, renewed)
 	})
 
 	It("enforces again, with its own messages, once it is back", func() {

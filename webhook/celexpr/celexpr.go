@@ -234,12 +234,16 @@ func HolderIsCallersPod(h string) string {
 		Or(h+" == "+PodName, h+".startsWith("+PodName+" + '_')"))
 }
 
-// LeaseFields are the spec fields of each kind other than renewTime.
+// LeaseFields are the spec fields of each kind other than renewTime that
+// policy.IdentityChange compares. A MultiClusterLease's include a Lease's
+// (acquireTime, leaseTransitions, strategy, preferredHolder): leaseguard
+// reads them wherever a CRD keeps them, so a write that changes one is an
+// identity change here too, never a renewal riding the fail-open route.
 func LeaseFields(res policy.Resource) []string {
 	if res == policy.Leases {
 		return []string{"holderIdentity", "leaseDurationSeconds", "acquireTime", "leaseTransitions", "strategy", "preferredHolder"}
 	}
-	return []string{"holderIdentity", "leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds"}
+	return []string{"holderIdentity", "leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds", "acquireTime", "leaseTransitions", "strategy", "preferredHolder"}
 }
 
 // ownership renders "finalizers, owner references and the designation are
@@ -309,8 +313,13 @@ func renewer(r *policy.RuleView, shared bool) (string, bool) {
 	parts := []string{manager}
 	designated := Annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
 	designation := []string{Or(designated+" == ''", designated+" == "+User)}
-	if r.Designation == policy.DesignationFixed {
+	switch r.Designation {
+	case policy.DesignationFixed:
 		designation = append(designation, User+" == "+Quote(r.FixedManager))
+	case policy.DesignationByAnnotation:
+		// Until an operator records the designated manager, nobody renews
+		// (Decide refuses every spec write, I2).
+		designation = []string{designated + " == " + User}
 	}
 	switch {
 	case shared && len(r.Resources) == 1 && r.Resources[0] == policy.MultiClusterLeases:

@@ -192,11 +192,20 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			obj["spec"].(map[string]any)["holderIdentity"] = ""
 			return old, obj
 		}, managerB, "open", "open"},
-		{"a renewal that also changes acquireTime, to a time CEL cannot read", func() (map[string]any, map[string]any) {
+		// A MultiClusterLease's acquireTime is a lease field leaseguard
+		// reads (policy.IdentityChange compares it) wherever a CRD keeps
+		// it: a write that changes it is no renewal, and stored unjudged
+		// while leaseguard is down it would forge when the holder acquired.
+		{"round 6: a renewal that also changes acquireTime, to a time CEL cannot read", func() (map[string]any, map[string]any) {
 			old, obj := renewal(now)
 			obj["spec"].(map[string]any)["acquireTime"] = "0500-01-01T00:00:00.000000+24:00"
 			return old, obj
-		}, managerB, "open", "open"},
+		}, managerB, "closed", "open"},
+		{"round 6: a renewal that also moves leaseTransitions", func() (map[string]any, map[string]any) {
+			old, obj := renewal(now)
+			obj["spec"].(map[string]any)["leaseTransitions"] = int64(7)
+			return old, obj
+		}, managerB, "closed", "open"},
 		{"an operator's renewal (admitted whatever it writes)", func() (map[string]any, map[string]any) { return renewal(now) }, "system:masters", "closed", "closed"},
 		{"a renewal admission made a no-op (managedFields times alone differ)", func() (map[string]any, map[string]any) {
 			old, obj := mclWrite(stored)
@@ -282,6 +291,59 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			r.t = t
 			if got := r.route(req(c.user), old, obj); got != c.want {
 				t.Errorf("routed to %q, want %q (before this round: %q)", got, c.want, c.before)
+			}
+		})
+	}
+}
+
+// Under designation by annotation nobody renews until an operator records
+// the designated manager (Decide refuses every spec write, I2): a manager's
+// plain renewal of such a lease goes to the fail-closed webhook, or it
+// would be stored unjudged while leaseguard is down. Once one is recorded,
+// its renewals flow (to the renewals policy where it decides them, else the
+// fail-open webhook) and another manager's go to the fail-closed webhook.
+func TestAnnotationDesignationRenewsOnlyOnceRecorded(t *testing.T) {
+	const ns, a, b = "team-a", "svc:a", "svc:b"
+	r := render(t, head+`- name: annot
+  resources: [leases]
+  namespaces: [team-a]
+  managers: ["svc:*"]
+  designation: annotation
+  operators: ["ops"]
+`, Defaults())
+	rt := &router{t: t,
+		closed: program(t, condition(r.Validating.Webhooks[0].MatchConditions, "selected-fail-closed")),
+		open:   program(t, condition(r.Validating.Webhooks[1].MatchConditions, "selected-and-changed")),
+		policy: program(t, condition(r.Renewals.Spec.MatchConditions, "renewal-decided-in-process"))}
+	stored := time.Date(2026, 12, 4, 16, 36, 30, 123456000, time.UTC)
+	now := stored.Add(2 * time.Second)
+	lease := func(designated string, at time.Time, stamp time.Time) map[string]any {
+		meta := map[string]any{"name": "l", "namespace": ns,
+			"managedFields": []any{map[string]any{"manager": "elector", "operation": "Update", "apiVersion": "coordination.k8s.io/v1",
+				"time": stamp.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
+				"fieldsV1": map[string]any{"f:spec": map[string]any{"f:holderIdentity": map[string]any{}, "f:renewTime": map[string]any{}}}}}}
+		if designated != "" {
+			meta["annotations"] = map[string]any{policy.DesignationAnnotation: designated}
+		}
+		return map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+			"spec": map[string]any{"holderIdentity": "a-0_1", "renewTime": at.Format(micro), "leaseDurationSeconds": int64(15)}}
+	}
+	req := func(user string) map[string]any {
+		return map[string]any{"operation": "UPDATE", "namespace": ns, "name": "l",
+			"resource": map[string]any{"group": "coordination.k8s.io", "version": "v1", "resource": "leases"},
+			"userInfo": map[string]any{"username": user}}
+	}
+	for _, c := range []struct {
+		name, designated, user, want string
+	}{
+		{"no designation recorded: a manager's plain renewal", "", a, "closed"},
+		{"recorded: the designated manager's plain renewal", a, a, "policy"},
+		{"recorded: another manager's plain renewal", a, b, "closed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rt.t = t
+			if got := rt.route(req(c.user), lease(c.designated, stored, stored), lease(c.designated, now, now)); got != c.want {
+				t.Errorf("routed to %q, want %q", got, c.want)
 			}
 		})
 	}

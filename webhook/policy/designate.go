@@ -329,9 +329,14 @@ func renewsOnly(old, new *Object) bool {
 
 // rightfulRenewer reports whether the caller is a manager the rule would let
 // renew this lease as it stands: the designated manager when one is
-// recorded, the holder's pod or user under a holder binding.
+// recorded (under designation by annotation, only then: until an operator
+// records one, Decide refuses every spec write, I2), the holder's pod or
+// user under a holder binding.
 func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
 	if old.HasDesignation && old.Designated != "" && old.Designated != caller.Username {
+		return false
+	}
+	if r.designation == DesignationByAnnotation && (!old.HasDesignation || old.Designated != caller.Username) {
 		return false
 	}
 	if r.designation == DesignationFixed && caller.Username != r.fixedManager {

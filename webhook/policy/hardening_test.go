@@ -36,6 +36,12 @@ rules:
   namespaces: [plain]
   managers: ["user:mgr-*"]
   minRenewInterval: 5s
+- name: hard-annot
+  resources: [leases]
+  namespaces: [hard-annot]
+  managers: ["user:mgr-*"]
+  designation: annotation
+  operators: ["user:op"]
 `
 
 var (
@@ -403,6 +409,17 @@ func TestFailClosed(t *testing.T) {
 		{"a rule without holder binding: the designated manager renews", write("coalesce", mgrA), false},
 		{"a rule without holder binding: another manager renews", write("coalesce", mgrB), true},
 		{"no rule selects the lease: only identity changes", write("elsewhere", stranger), false},
+		// Under designation by annotation nobody renews until an operator
+		// records the designated manager (I2): stored unjudged while
+		// leaseguard is down, such a renewal would be a write the rule
+		// forbids.
+		{"designation by annotation: the designated manager renews", write("hard-annot", mgrA), false},
+		{"designation by annotation: another manager renews", write("hard-annot", mgrB), true},
+		{"designation by annotation, none recorded: a manager renews", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
+			Old: mk(Leases, "hard-annot", "l", holder("pod_1")), New: mk(Leases, "hard-annot", "l", holder("pod_1"), renewAt(2*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, true},
+		{"designation by annotation, recorded empty: a manager renews", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
+			Old: mk(Leases, "hard-annot", "l", holder("pod_1"), desig("")), New: mk(Leases, "hard-annot", "l", holder("pod_1"), desig(""), renewAt(2*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, true},
+		{"multiclusterlease: a renewal that also changes acquireTime", mclWrite("coalesce", mgrB, func(o *Object) { o.Spec.AcquireTime = t0.Add(time.Hour) }), true},
 		// A MultiClusterLease is renewed by every manager of the cluster
 		// (its shared candidate): their renewals must flow while
 		// leaseguard is down, or the managers that are not designated
