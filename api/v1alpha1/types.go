@@ -62,10 +62,13 @@ type Rule struct {
 }
 
 // Bind is a bound-lease template: a manager username pattern with {captures}
-// and the lease name pattern each such manager may write.
+// and the lease name pattern each such manager may write; with Namespace,
+// also the namespace that lease must be in (Config Connector's managers run
+// in a ConfigConnectorContext's managerNamespace: "{managerNamespace}").
 type Bind struct {
-	Manager string `yaml:"manager" json:"manager"`
-	Lease   string `yaml:"lease" json:"lease"`
+	Manager   string `yaml:"manager" json:"manager"`
+	Lease     string `yaml:"lease" json:"lease"`
+	Namespace string `yaml:"namespace,omitempty" json:"namespace,omitempty"`
 }
 
 // ClientTimings are a leader-election client's settings.

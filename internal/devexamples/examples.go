@@ -49,7 +49,7 @@ func Examples() []Example {
 			Comment: "denied: not a manager at all",
 			Args:    []string{"--as", "system:serviceaccount:default:intruder", "-n", Namespace, "patch", "multiclusterlease", MCL, "--type", "merge", "-p", specWrite, "--dry-run=server"},
 			Want: regexp.MustCompile(`^Error from server \(Forbidden\): admission webhook "validate.leases.leaseguard.io" denied the request: ` +
-				q("leaseguard: rule kcc-mcl: system:serviceaccount:default:intruder is not a manager of multiclusterlease cnrm-system/kcc-leader (managers: system:serviceaccount:cnrm-system:cnrm-controller-manager-*)") + `\n$`),
+				q("leaseguard: rule kcc-mcl: system:serviceaccount:default:intruder is not a manager of multiclusterlease cnrm-system/kcc-leader (managers: system:serviceaccount:cnrm-system:cnrm-controller-manager-*, system:serviceaccount:*:cnrm-controller-manager-*)") + `\n$`),
 			Denied: true,
 		},
 		{

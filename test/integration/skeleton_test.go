@@ -110,6 +110,15 @@ rules:
   statusWriters: ["system:serviceaccount:multiclusterlease-system:default"]
   minRenewInterval: 5s
   backOffLosers: true
+- name: dedicated-manager-leases
+  resources: [leases]
+  namespaces: ["it-mns-*"]
+  bind:
+    manager: "system:serviceaccount:{managerNamespace}:cnrm-controller-manager-{ns}"
+    namespace: "{managerNamespace}"
+    lease: "kcc-leader-{ns}"
+  operators: ["system:masters"]
+  holderBinding: pod
 - name: catch-all
   resources: [leases]
   managers: ["system:serviceaccount:nowhere:nobody"]

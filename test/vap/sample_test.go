@@ -72,7 +72,7 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 	}
 	want := `multiclusterleases.multicluster.core.cnrm.cloud.google.com "kcc-leader" is forbidden: ` +
 		"ValidatingAdmissionPolicy 'leaseguard-kcc-mcl-multiclusterleases' with binding 'leaseguard-kcc-mcl-multiclusterleases' denied request: " +
-		"leaseguard: rule kcc-mcl: system:serviceaccount:cnrm-system:other is not a manager of multiclusterlease cnrm-system/kcc-leader (managers: " + testfixtures.KCCManagerPrefix + "*)"
+		"leaseguard: rule kcc-mcl: system:serviceaccount:cnrm-system:other is not a manager of multiclusterlease cnrm-system/kcc-leader (managers: " + testfixtures.KCCManagerPrefix + "*, system:serviceaccount:*:cnrm-controller-manager-*)"
 	if out.Code != http.StatusForbidden || out.Message != want {
 		t.Fatalf("a stranger's create: HTTP %d %q\nwant HTTP 403 %q", out.Code, out.Message, want)
 	}

@@ -157,28 +157,35 @@ func shareResource(a, b *policy.RuleView) bool {
 // reports whether it is exact; a bind template with several captures cannot
 // be matched in CEL, and is then left out (the webhook judges it).
 func IsManager(r *policy.RuleView) (string, bool) {
+	m, _ := isManagerUnbound(r)
+	if r.Bind != nil {
+		b, _ := BoundManager(r.Bind)
+		m = Or(m, b)
+	}
+	return m, true
+}
+
+// isManagerUnbound renders "the caller is a manager by the rule's managers
+// or its fixed designation", leaving out its bind template.
+func isManagerUnbound(r *policy.RuleView) (string, bool) {
 	parts := []string{AnyGlob(User, r.Managers)}
 	if r.Designation == policy.DesignationFixed {
 		parts = append(parts, User+" == "+Quote(r.FixedManager))
 	}
-	exact := true
-	if r.Bind != nil {
-		m, ok := BoundManager(r.Bind)
-		if ok {
-			parts = append(parts, m)
-		} else {
-			exact = false
-		}
-	}
-	return Or(parts...), exact
+	return Or(parts...), true
 }
 
-// BoundManager renders "the username fits the bind template's manager" for a
-// template with one capture: a non-empty run without ':' between the two
-// literals.
+// BoundManager renders "the username fits the bind template's manager":
+// each capture a non-empty run without ':'. With one capture, between the
+// two literals; with several, as a regular expression (which, like
+// policy's matching, finds a split if there is one).
 func BoundManager(b *policy.BindView) (string, bool) {
 	if b.ManagerCaps != 1 {
-		return "", false
+		parts := make([]string, len(b.ManagerLits))
+		for i, l := range b.ManagerLits {
+			parts[i] = regexp.QuoteMeta(l)
+		}
+		return User + ".matches(" + Quote("^"+strings.Join(parts, "[^:]+")+"$") + ")", true
 	}
 	pre, post := b.ManagerLits[0], b.ManagerLits[1]
 	parts := []string{User + ".startsWith(" + Quote(pre) + ")"}
@@ -198,23 +205,62 @@ func Capture(b *policy.BindView) string {
 	return User + ".substring(" + strconv.Itoa(len(pre)) + ", " + User + ".size() - " + strconv.Itoa(len(post)) + ")"
 }
 
-// BoundLease renders "the object is the lease bound to the caller", for a
-// template with one capture.
+// BoundLease renders "the object is the lease bound to the caller": its
+// name, and its namespace where the template binds one. It reports false
+// where CEL cannot say which lease that is (policy's bind.expressible).
 func BoundLease(b *policy.BindView) (string, bool) {
-	m, ok := BoundManager(b)
-	if !ok {
+	if !b.Expressible {
 		return "", false
 	}
+	m, _ := BoundManager(b)
+	values := CaptureValues(b)
+	fill := func(lits []string, caps []int) string {
+		capture := "''"
+		if len(caps) > 0 {
+			capture = values[caps[0]]
+		}
+		return FillBound(lits, len(caps), capture)
+	}
+	parts := []string{m, ObjectName + " == " + fill(b.LeaseLits, b.LeaseCaps)}
+	if b.NamespaceLits != nil {
+		parts = append(parts, "request.namespace == "+fill(b.NamespaceLits, b.NamespaceCaps))
+	}
+	return And(parts...), true
+}
+
+// CaptureValues renders the values the username gives the bind template's
+// captures, for a template CEL can tie to one lease (BindView.Expressible):
+// one capture between the two literals; or two, the first ending at the
+// ':' that starts the literal after it (no capture contains one). They
+// hold only where the username fits the template (BoundManager).
+func CaptureValues(b *policy.BindView) []string {
+	if b.ManagerCaps == 1 {
+		return []string{Capture(b)}
+	}
+	pre, mid, post := b.ManagerLits[0], b.ManagerLits[1], b.ManagerLits[2]
+	end := User + ".indexOf(':', " + strconv.Itoa(len(pre)) + ")"
+	return []string{
+		User + ".substring(" + strconv.Itoa(len(pre)) + ", " + end + ")",
+		User + ".substring(" + end + " + " + strconv.Itoa(len(mid)) + ", " + User + ".size() - " + strconv.Itoa(len(post)) + ")",
+	}
+}
+
+// FillBound renders a lease or namespace template of a bind with one
+// capture, filled with capture (an expression).
+func FillBound(lits []string, caps int, capture string) string {
 	var parts []string
-	for i, lit := range b.LeaseLits {
+	for i, lit := range lits {
 		if lit != "" {
 			parts = append(parts, Quote(lit))
 		}
-		if i < len(b.LeaseCaps) {
-			parts = append(parts, Capture(b))
+		if i < caps {
+			parts = append(parts, capture)
 		}
 	}
-	return And(m, ObjectName+" == "+strings.Join(parts, " + ")), true
+	if len(parts) == 0 {
+		return "''"
+	}
+	return strings.Join(parts, " + ")
 }
 
 // Field access with optionals: a missing field reads as absent, never as
@@ -305,9 +351,14 @@ func SharedRenewer(r *policy.RuleView) (string, bool) {
 func renewer(r *policy.RuleView, shared bool) (string, bool) {
 	manager, exact := IsManager(r)
 	if r.Bind != nil {
-		// A bound manager renews only its own lease (I9).
-		if bl, ok := BoundLease(r.Bind); ok {
+		// A bound manager renews only its own lease (I9). Where CEL
+		// cannot say which that is, the renewer is not exact.
+		bl, ok := BoundLease(r.Bind)
+		if ok {
 			manager = bl
+		} else {
+			manager, _ = isManagerUnbound(r)
+			exact = false
 		}
 	}
 	parts := []string{manager}

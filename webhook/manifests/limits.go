@@ -231,7 +231,7 @@ func fit(base func(level, error) *generator, obj object) (*Rendered, error) {
 func (g *generator) exactCannotFit() bool {
 	terms := func(i int) bool {
 		r := &g.rules[i]
-		exactBind := r.Bind == nil || r.Bind.ManagerCaps == 1
+		exactBind := r.Bind == nil || r.Bind.Expressible
 		switch g.object {
 		case objValidating:
 			return !g.o.FailOpen && len(g.rules) > 1

@@ -508,7 +508,7 @@ func (g *generator) rightfulRenewers() string {
 	for i := range g.rules {
 		renewer, exact := celexpr.SharedRenewer(&g.rules[i])
 		if !exact {
-			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: its bind template %q has several captures, which CEL cannot match", g.rules[i].Name, g.rules[i].Bind.ManagerText)
+			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: CEL cannot tell which lease its bind template %q binds a caller to (%s)", g.rules[i].Name, g.rules[i].Bind.ManagerText, policy.InexpressibleBind)
 			renewer = "true"
 		}
 		if len(g.rules) == 1 {
@@ -636,7 +636,7 @@ func (g *generator) earlyRenewal(i int) (string, bool) {
 	r := &g.rules[i]
 	renewer, exact := celexpr.RightfulRenewer(r)
 	if !exact {
-		g.note("rule %s: renewals are not coalesced: its bind template %q has several captures, which CEL cannot match", r.Name, r.Bind.ManagerText)
+		g.note("rule %s: renewals are not coalesced: CEL cannot tell which lease its bind template %q binds a caller to (%s)", r.Name, r.Bind.ManagerText, policy.InexpressibleBind)
 		return "", false
 	}
 	moves := make([]string, len(r.Resources))

@@ -37,8 +37,8 @@ import (
 //   - a Lease stamped at least its minimum renewal interval after the
 //     stored renewal (I6; earlier, only the webhook can answer 429 with
 //     Retry-After), renewed by the recorded designated manager under
-//     designation by annotation (the route also takes a renewal while none
-//     is recorded, which Decide refuses); a MultiClusterLease renewal with
+//     designation by annotation (the route's rightful renewer, too); a
+//     MultiClusterLease renewal with
 //     a holder, in the one form typed clients read (policy's sharedRenewal,
 //     never rate limited).
 //
@@ -62,18 +62,34 @@ func (g *generator) decidesInProcess(i int) bool {
 // inProcess renders "the renewals policy decides this write", for a write
 // on the fail-open route; "false" where it is not rendered. What holds for
 // every rule is said once (common); each rule adds only what is its own,
-// so that the selection, the largest part, is said once more and no more.
+// so that the selection, the largest part, is said once more and no more:
+// one search for the first rule that selects (firstRuleDecides), not each
+// rule's selection with every earlier rule's excluded, which grows with
+// the square of the rules.
 func (g *generator) inProcess() string {
 	if !g.rendersRenewalsPolicy() {
 		return "false"
 	}
-	var parts []string
+	return celexpr.And(g.commonDecidable(), g.firstRuleDecides(false))
+}
+
+// firstRuleDecides renders, for the first rule that selects the write, what
+// it needs for the renewals policy to decide the write: its decidable
+// bounds (ruleDecidable), and with renewer its rightful renewer; "false"
+// for a rule whose renewals it never decides, or where no rule selects.
+func (g *generator) firstRuleDecides(renewer bool) string {
+	conds, values := make([]string, len(g.rules)), make([]string, len(g.rules))
 	for i := range g.rules {
+		conds[i], values[i] = celexpr.Selects(&g.rules[i]), "false"
 		if g.decidesInProcess(i) {
-			parts = append(parts, celexpr.And(celexpr.SelectsFirst(g.rules, i), g.ruleDecidable(i)))
+			values[i] = g.ruleDecidable(i)
+			if renewer {
+				who, _ := celexpr.SharedRenewer(&g.rules[i])
+				values[i] = celexpr.And(who, values[i])
+			}
 		}
 	}
-	return celexpr.And(g.commonDecidable(), celexpr.Or(parts...))
+	return celexpr.FirstMatch(conds, values, "false")
 }
 
 // rendersRenewalsPolicy: where the MutatingAdmissionPolicy is rendered
@@ -253,15 +269,8 @@ func (g *generator) renewalsCondition() string {
 		return "false"
 	}
 	resources := resourcesOf(g.rules)
-	var parts []string
-	for i := range g.rules {
-		if g.decidesInProcess(i) {
-			renewer, _ := celexpr.SharedRenewer(&g.rules[i])
-			parts = append(parts, celexpr.And(celexpr.SelectsFirst(g.rules, i), renewer, g.ruleDecidable(i)))
-		}
-	}
 	return celexpr.And(celexpr.Spec("object", "renewTime")+" != "+celexpr.Spec("oldObject", "renewTime"),
-		celexpr.Not(celexpr.IdentityChange(resources)), harmlessRenewal(resources, g.skew), g.commonDecidable(), celexpr.Or(parts...))
+		celexpr.Not(celexpr.IdentityChange(resources)), harmlessRenewal(resources, g.skew), g.commonDecidable(), g.firstRuleDecides(true))
 }
 
 // renewalsFit reports whether the renewals policy and the renewals

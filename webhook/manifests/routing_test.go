@@ -349,6 +349,51 @@ func TestAnnotationDesignationRenewsOnlyOnceRecorded(t *testing.T) {
 	}
 }
 
+// Config Connector's dedicated manager namespaces (the sample's
+// kcc-manager-namespace-leases): a Lease is bound by its name and its
+// namespace, and the generated conditions say exactly which manager that
+// is, so only its pod's plain renewals stay off the fail-closed webhook.
+func TestDedicatedManagerNamespacesRouteByNameAndNamespace(t *testing.T) {
+	r := sampleRouter(t)
+	const mns = "kcc-managers"
+	stored := time.Date(2026, 12, 4, 16, 36, 30, 123456000, time.UTC)
+	now := stored.Add(8 * time.Second)
+	lease := func(ns string, at time.Time) map[string]any {
+		return map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+			"metadata": map[string]any{"name": "kcc-leader-team-a", "namespace": ns,
+				"managedFields": []any{map[string]any{"manager": "manager", "operation": "Update", "apiVersion": "coordination.k8s.io/v1",
+					"time": at.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]any{"f:spec": map[string]any{"f:holderIdentity": map[string]any{}, "f:renewTime": map[string]any{}}}}}},
+			"spec": map[string]any{"holderIdentity": "cnrm-controller-manager-team-a-0_1", "renewTime": at.Format(micro), "leaseDurationSeconds": int64(15)}}
+	}
+	req := func(ns, user, pod string) map[string]any {
+		return map[string]any{"operation": "UPDATE", "namespace": ns, "name": "kcc-leader-team-a",
+			"resource": map[string]any{"group": "coordination.k8s.io", "version": "v1", "resource": "leases"},
+			"userInfo": map[string]any{"username": user, "extra": map[string]any{"authentication.kubernetes.io/pod-name": []any{pod}}}}
+	}
+	sa := func(ns, team string) string {
+		return "system:serviceaccount:" + ns + ":cnrm-controller-manager-" + team
+	}
+	for _, c := range []struct {
+		name, ns, user, pod, want string
+	}{
+		// The sample's rule warns: the webhook decides its renewals, and
+		// stores them while leaseguard is down.
+		{"the bound manager's pod renews its lease in its namespace", mns, sa(mns, "team-a"), "cnrm-controller-manager-team-a-0", "open"},
+		{"another namespace's manager in the same manager namespace", mns, sa(mns, "team-b"), "cnrm-controller-manager-team-a-0", "closed"},
+		{"the same manager name from another manager namespace", mns, sa("other", "team-a"), "cnrm-controller-manager-team-a-0", "closed"},
+		{"the bound manager's sibling pod (holder binding)", mns, sa(mns, "team-a"), "cnrm-controller-manager-team-a-1", "closed"},
+		{"the bound manager's lease name in another namespace", "elsewhere", sa(mns, "team-a"), "cnrm-controller-manager-team-a-0", "closed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r.t = t
+			if got := r.route(req(c.ns, c.user, c.pod), lease(c.ns, stored), lease(c.ns, now)); got != c.want {
+				t.Errorf("routed to %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
 // A deletecollection's item reviews carry the object in oldObject and an
 // empty request.name: a rule that selects by name must still select them,
 // or the collection delete passes by every webhook.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -130,16 +131,22 @@ func (t *template) matchFrom(i int, s string, vals *captures) bool {
 }
 
 // bind ties a manager, through the captures of its username, to one lease
-// name.
+// name, and where a namespace template is given, to one namespace: Config
+// Connector's managers run as cnrm-controller-manager-<ns> in cnrm-system,
+// or, with a ConfigConnectorContext's managerNamespace, in that namespace,
+// which also holds their leases.
 type bind struct {
 	manager template
 	lease   template
-	// leaseCap maps each capture of the lease template to the index of the
-	// same capture in the manager template.
-	leaseCap []int
+	// namespace, when set, is the namespace of the bound lease; otherwise
+	// the rule's namespaces select it.
+	namespace *template
+	// leaseCap and namespaceCap map each capture of the lease and namespace
+	// templates to the index of the same capture in the manager template.
+	leaseCap, namespaceCap []int
 }
 
-func compileBind(manager, lease string) (*bind, error) {
+func compileBind(manager, lease, namespace string) (*bind, error) {
 	m, err := parseTemplate(manager)
 	if err != nil {
 		return nil, fmt.Errorf("manager %q: %w", manager, err)
@@ -152,48 +159,115 @@ func compileBind(manager, lease string) (*bind, error) {
 		return nil, fmt.Errorf("manager %q has no capture such as {ns}; without one every manager would be bound to the same lease", manager)
 	}
 	b := &bind{manager: m, lease: l}
-	for _, c := range l.caps {
-		i := m.captureIndex(c)
-		if i < 0 {
-			return nil, fmt.Errorf("lease %q uses {%s}, which manager %q does not capture", lease, c, manager)
+	if b.leaseCap, err = captureIndexes(&m, &l, "lease", lease, manager); err != nil {
+		return nil, err
+	}
+	used := func(c string) bool { return l.captureIndex(c) >= 0 }
+	if namespace != "" {
+		n, err := parseTemplate(namespace)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %q: %w", namespace, err)
 		}
-		b.leaseCap = append(b.leaseCap, i)
+		if b.namespaceCap, err = captureIndexes(&m, &n, "namespace", namespace, manager); err != nil {
+			return nil, err
+		}
+		b.namespace = &n
+		used = func(c string) bool { return l.captureIndex(c) >= 0 || n.captureIndex(c) >= 0 }
 	}
 	for _, c := range m.caps {
-		if l.captureIndex(c) < 0 {
-			return nil, fmt.Errorf("capture {%s} of manager %q is unused in lease %q, so it would not tell managers apart", c, manager, lease)
+		if !used(c) {
+			where := "lease " + strconv.Quote(lease)
+			if namespace != "" {
+				where += " or namespace " + strconv.Quote(namespace)
+			}
+			return nil, fmt.Errorf("capture {%s} of manager %q is unused in %s, so it would not tell managers apart", c, manager, where)
 		}
 	}
 	return b, nil
 }
 
-// leaseMatches reports whether name is the lease bound to the manager whose
-// username produced vals. It compares piecewise and does not allocate.
-func (b *bind) leaseMatches(name string, vals *captures) bool {
-	for i, lit := range b.lease.lits {
-		if !strings.HasPrefix(name, lit) {
-			return false
-		}
-		name = name[len(lit):]
-		if i < len(b.leaseCap) {
-			v := vals[b.leaseCap[i]]
-			if !strings.HasPrefix(name, v) {
-				return false
-			}
-			name = name[len(v):]
-		}
+// InexpressibleBind says which bind templates CEL cannot tie to one lease
+// (bind.expressible).
+const InexpressibleBind = "several captures, but not one in the lease template and the other in the namespace template, after a ':'"
+
+// expressible reports whether CEL can say exactly which lease the bind
+// binds a caller to: with one capture, from the username (celexpr.BoundLease);
+// with several, from the lease's name and namespace, which is possible when
+// the lease template captures one and the namespace template the other
+// (compileBind has made sure each capture is used) and the username splits
+// one way only: every capture but the last is followed by ':', which no
+// capture contains. Config Connector's dedicated manager namespaces,
+// "system:serviceaccount:{managerNamespace}:cnrm-controller-manager-{ns}",
+// are of that form.
+func (b *bind) expressible() bool {
+	if len(b.manager.caps) == 1 {
+		return true
 	}
-	return name == ""
+	if len(b.manager.caps) != 2 || len(b.leaseCap) != 1 || b.namespace == nil || len(b.namespaceCap) != 1 {
+		return false
+	}
+	return strings.HasPrefix(b.manager.lits[1], ":")
 }
 
-// leaseName renders the lease bound to the manager whose username produced
-// vals; it is only used to explain a denial.
-func (b *bind) leaseName(vals *captures) string {
+// captureIndexes maps each capture of t (the lease or namespace template)
+// to its index in the manager template m.
+func captureIndexes(m, t *template, what, text, manager string) ([]int, error) {
+	var out []int
+	for _, c := range t.caps {
+		i := m.captureIndex(c)
+		if i < 0 {
+			return nil, fmt.Errorf("%s %q uses {%s}, which manager %q does not capture", what, text, c, manager)
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+// boundTo reports whether namespace/name is the lease bound to the manager
+// whose username produced vals. It compares piecewise and does not
+// allocate.
+func (b *bind) boundTo(namespace, name string, vals *captures) bool {
+	if b.namespace != nil && !fits(b.namespace, b.namespaceCap, namespace, vals) {
+		return false
+	}
+	return fits(&b.lease, b.leaseCap, name, vals)
+}
+
+// fits reports whether s is the template t filled with vals.
+func fits(t *template, caps []int, s string, vals *captures) bool {
+	for i, lit := range t.lits {
+		if !strings.HasPrefix(s, lit) {
+			return false
+		}
+		s = s[len(lit):]
+		if i < len(caps) {
+			v := vals[caps[i]]
+			if !strings.HasPrefix(s, v) {
+				return false
+			}
+			s = s[len(v):]
+		}
+	}
+	return s == ""
+}
+
+// boundLease renders the lease bound to the manager whose username produced
+// vals, namespace/name where the template binds the namespace; it is only
+// used to explain a denial.
+func (b *bind) boundLease(vals *captures) string {
+	name := fill(&b.lease, b.leaseCap, vals)
+	if b.namespace == nil {
+		return name
+	}
+	return fill(b.namespace, b.namespaceCap, vals) + "/" + name
+}
+
+func fill(t *template, caps []int, vals *captures) string {
 	var sb strings.Builder
-	for i, lit := range b.lease.lits {
+	for i, lit := range t.lits {
 		sb.WriteString(lit)
-		if i < len(b.leaseCap) {
-			sb.WriteString(vals[b.leaseCap[i]])
+		if i < len(caps) {
+			sb.WriteString(vals[caps[i]])
 		}
 	}
 	return sb.String()

@@ -167,7 +167,7 @@ func TestCompileBind(t *testing.T) {
 		{"u:{ns}", "l-{ns", nil, "lease \"l-{ns\": unmatched '{'"},
 		{"u:{ns}", "l-*-{ns}", nil, "'*' is not allowed"},
 	} {
-		b, err := compileBind(c.manager, c.lease)
+		b, err := compileBind(c.manager, c.lease, "")
 		if c.errSub != "" {
 			if err == nil || !strings.Contains(err.Error(), c.errSub) {
 				t.Errorf("compileBind(%q, %q) error = %v, want one containing %q", c.manager, c.lease, err, c.errSub)
@@ -212,7 +212,7 @@ func TestBindLease(t *testing.T) {
 			"u:abc", "abc",
 			[]check{{"abc", true}, {"ab", false}, {"abcd", false}}},
 	} {
-		b, err := compileBind(c.manager, c.lease)
+		b, err := compileBind(c.manager, c.lease, "")
 		if err != nil {
 			t.Fatalf("compileBind(%q, %q): %v", c.manager, c.lease, err)
 		}
@@ -220,26 +220,77 @@ func TestBindLease(t *testing.T) {
 		if !ok {
 			t.Fatalf("manager %q does not match %q", c.manager, c.user)
 		}
-		if got := b.leaseName(&vals); got != c.bound {
-			t.Errorf("leaseName for %q = %q, want %q", c.user, got, c.bound)
+		if got := b.boundLease(&vals); got != c.bound {
+			t.Errorf("boundLease for %q = %q, want %q", c.user, got, c.bound)
 		}
 		for _, ch := range c.checks {
-			if got := b.leaseMatches(ch.lease, &vals); got != ch.want {
-				t.Errorf("bind %q/%q, user %q: leaseMatches(%q) = %v, want %v", c.manager, c.lease, c.user, ch.lease, got, ch.want)
+			if got := b.boundTo("any", ch.lease, &vals); got != ch.want {
+				t.Errorf("bind %q/%q, user %q: boundTo(%q) = %v, want %v", c.manager, c.lease, c.user, ch.lease, got, ch.want)
 			}
 		}
 	}
 }
 
+// Config Connector's dedicated manager namespaces: with a
+// ConfigConnectorContext's managerNamespace, a namespace's manager runs as
+// system:serviceaccount:<managerNamespace>:cnrm-controller-manager-<ns>,
+// and its lease lives in that namespace. A namespace template binds both.
+func TestBindNamespace(t *testing.T) {
+	for _, c := range []struct {
+		manager, lease, namespace string
+		errSub                    string
+	}{
+		{"system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}", ""},
+		{"system:serviceaccount:{ns}:controller", "controller-leader", "{ns}", ""},
+		{"system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "", "capture {mns} of manager \"system:serviceaccount:{mns}:cnrm-controller-manager-{ns}\" is unused in lease \"kcc-leader-{ns}\", so"},
+		{"system:serviceaccount:{mns}:m-{ns}-{x}", "l-{ns}", "{mns}", "capture {x} of manager \"system:serviceaccount:{mns}:m-{ns}-{x}\" is unused in lease \"l-{ns}\" or namespace \"{mns}\""},
+		{"u:{ns}", "l-{ns}", "{other}", "namespace \"{other}\" uses {other}, which manager \"u:{ns}\" does not capture"},
+		{"u:{ns}", "l-{ns}", "ns-{ns", "namespace \"ns-{ns\": unmatched '{'"},
+	} {
+		_, err := compileBind(c.manager, c.lease, c.namespace)
+		if c.errSub == "" && err != nil {
+			t.Errorf("compileBind(%q, %q, %q) = %v", c.manager, c.lease, c.namespace, err)
+		}
+		if c.errSub != "" && (err == nil || !strings.Contains(err.Error(), c.errSub)) {
+			t.Errorf("compileBind(%q, %q, %q) error = %v, want one containing %q", c.manager, c.lease, c.namespace, err, c.errSub)
+		}
+	}
+	b, err := compileBind("system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, ok := b.manager.match("system:serviceaccount:kcc-team-a:cnrm-controller-manager-team-a")
+	if !ok {
+		t.Fatal("the manager template does not match")
+	}
+	if got, want := b.boundLease(&vals), "kcc-team-a/kcc-leader-team-a"; got != want {
+		t.Errorf("boundLease = %q, want %q", got, want)
+	}
+	for _, ch := range []struct {
+		namespace, name string
+		want            bool
+	}{
+		{"kcc-team-a", "kcc-leader-team-a", true},
+		{"cnrm-system", "kcc-leader-team-a", false},
+		{"kcc-team-b", "kcc-leader-team-a", false},
+		{"kcc-team-a", "kcc-leader-team-b", false},
+		{"kcc-team-a-x", "kcc-leader-team-a", false},
+	} {
+		if got := b.boundTo(ch.namespace, ch.name, &vals); got != ch.want {
+			t.Errorf("boundTo(%q, %q) = %v, want %v", ch.namespace, ch.name, got, ch.want)
+		}
+	}
+}
+
 func TestBindMatchDoesNotAllocate(t *testing.T) {
-	b, err := compileBind("system:serviceaccount:{ns}:{sa}", "{sa}.{ns}")
+	b, err := compileBind("system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ok bool
 	allocs := testing.AllocsPerRun(100, func() {
-		vals, matched := b.manager.match("system:serviceaccount:team:ctrl")
-		ok = matched && b.leaseMatches("ctrl.team", &vals)
+		vals, matched := b.manager.match("system:serviceaccount:kcc-managers:cnrm-controller-manager-team")
+		ok = matched && b.boundTo("kcc-managers", "kcc-leader-team", &vals)
 	})
 	if !ok {
 		t.Fatalf("bind does not match")

@@ -126,7 +126,7 @@ func (r *Rule) compileIdentities(in *v1alpha1.Rule, path *field.Path) field.Erro
 	r.operators, errs = compileGlobs(in.Operators, path.Child("operators"), errs)
 	r.statusWriters, errs = compileGlobs(in.StatusWriters, path.Child("statusWriters"), errs)
 	if in.Bind != nil {
-		b, err := compileBind(in.Bind.Manager, in.Bind.Lease)
+		b, err := compileBind(in.Bind.Manager, in.Bind.Lease, in.Bind.Namespace)
 		if err != nil {
 			errs = append(errs, field.Invalid(path.Child("bind"), *in.Bind, err.Error()))
 		}

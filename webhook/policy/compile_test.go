@@ -341,7 +341,7 @@ func TestCompileValid(t *testing.T) {
 		src   string
 		rules []string
 	}{
-		{"sample", readSample(t), []string{"kcc-mcl", "kcc-namespace-leases"}},
+		{"sample", readSample(t), []string{"kcc-mcl", "kcc-namespace-leases", "kcc-manager-namespace-leases"}},
 		{"one interceptable namespace among never-intercepted ones", oneRule(`managers: [u]`, "namespaces: [kube-system, team-a]"), []string{"r"}},
 		{"namespace glob over kube-*", oneRule(`managers: [u]`, `namespaces: ["kube-*"]`), []string{"r"}},
 		{"broader rule after a narrower one", withRules(
@@ -421,10 +421,14 @@ func TestCompileSample(t *testing.T) {
 	if p.ClockSkew != 2*time.Second {
 		t.Errorf("ClockSkew = %v, want 2s", p.ClockSkew)
 	}
-	if len(p.Rules) != 2 {
-		t.Fatalf("%d rules, want 2", len(p.Rules))
+	if len(p.Rules) != 3 {
+		t.Fatalf("%d rules, want 3", len(p.Rules))
 	}
-	mcl, leases := p.Rules[0], p.Rules[1]
+	mcl, leases, dedicated := p.Rules[0], p.Rules[1], p.Rules[2]
+	if dedicated.Name != "kcc-manager-namespace-leases" || dedicated.bind == nil || dedicated.bind.namespace == nil || !dedicated.bind.expressible() ||
+		dedicated.holderBinding != HolderBindingPod {
+		t.Errorf("kcc-manager-namespace-leases compiled to %+v", dedicated)
+	}
 	if mcl.Name != "kcc-mcl" || !mcl.resources[resourceIndex(MultiClusterLeases)] || mcl.resources[resourceIndex(Leases)] ||
 		mcl.designation != DesignationAuto || !mcl.autoRenew || mcl.maxRenewInterval != 5*time.Second ||
 		mcl.coalesceInterval != 7*time.Second || !mcl.backOffLosers || mcl.maxLeaseDuration != time.Minute ||

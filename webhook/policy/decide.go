@@ -200,9 +200,9 @@ func (c *check) managerOfObject(metadataOnly bool) (Decision, bool) {
 			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
 				"bound to no lease: username does not fit "+r.bind.manager.text), false
 		}
-		if !r.bind.leaseMatches(c.obj.Name, &vals) {
+		if !r.bind.boundTo(c.obj.Namespace, c.obj.Name, &vals) {
 			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
-				"bound lease: "+r.bind.leaseName(&vals)), false
+				"bound lease: "+r.bind.boundLease(&vals)), false
 		}
 	}
 	return Decision{}, true

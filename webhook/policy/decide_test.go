@@ -76,6 +76,13 @@ const decideExtraRules = `- name: auto
   bind:
     manager: "user:mgr-{id}"
     lease: "lease-{id}"
+- name: bound-ns
+  resources: [leases, multiclusterleases]
+  namespaces: [mns-a, mns-b]
+  bind:
+    manager: "system:serviceaccount:{mns}:m-{id}"
+    namespace: "{mns}"
+    lease: "lease-{id}"
 - name: warn
   resources: [leases, multiclusterleases]
   namespaces: [team-warn]
@@ -669,6 +676,14 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I7 renewTime backwards by 1us", op: upd, caller: mgrA,
 		old: obj("team-open", renewAt(time.Microsecond)), new: obj("team-open"), now: 10 * sec,
 		want: denySub("open", InvariantLeaseTimes, "moves renewTime backwards on "+k+" team-open/l (stored renewTime: 2025-01-02T03:04:05.000001Z)")})
+	// Renewals that crossed on their way: a millisecond behind the stored
+	// one, at the server's clock. Harmless unchecked, so on the fail-open
+	// route; a MultiClusterLease's is decided, and refused, by the
+	// renewals policy in the API server as shipped (make test-vap counts
+	// such refusals).
+	add(decideCase{name: "I7 renewTime a millisecond behind the stored one, at the clock", op: upd, caller: mgrA,
+		old: obj("team-open", renewAt(10*sec+time.Millisecond)), new: obj("team-open", renewAt(10*sec)), now: 10 * sec,
+		want: denyMsg("open", InvariantLeaseTimes, "leaseguard: rule open: user:mgr-a moves renewTime backwards on "+k+" team-open/l (stored renewTime: 2025-01-02T03:04:15.001Z)")})
 	add(decideCase{name: "I7 renewTime more than skew ahead", op: upd, caller: mgrA,
 		old: obj("team-open"), new: obj("team-open", renewAt(12*sec+time.Millisecond)), now: 10 * sec,
 		want: denyMsg("open", InvariantLeaseTimes, "leaseguard: rule open: user:mgr-a sets a renewTime in the future on "+k+" team-open/l (renewTime 2.001s ahead of the server clock, allowed 2s)")})
@@ -709,6 +724,27 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I1 bound: empty capture is no manager", op: cre, caller: Caller{Username: "user:mgr-"},
 		new: mk(res, "team-bound", "lease-"), now: 10 * sec,
 		want: denySub("bound", InvariantManager, "is not a manager of "+k+" team-bound/lease- (managers: user:mgr-{id})")})
+
+	// --- I9 bound by name and namespace (Config Connector's dedicated
+	// manager namespaces) ---
+	mnsA := Caller{Username: "system:serviceaccount:mns-a:m-x"}
+	add(decideCase{name: "I9 namespace-bound manager creates its lease in its namespace", op: cre, caller: mnsA,
+		new: mk(res, "mns-a", "lease-x"), now: 10 * sec, want: allow("bound-ns")})
+	add(decideCase{name: "I9 namespace-bound manager renews its lease", op: upd, caller: mnsA,
+		old: mk(res, "mns-a", "lease-x"), new: mk(res, "mns-a", "lease-x", renewAt(10*sec)), now: 10 * sec,
+		want: allowRenewal("bound-ns", 10*sec)})
+	add(decideCase{name: "I9 namespace-bound manager creates its lease name in another namespace", op: cre, caller: mnsA,
+		new: mk(res, "mns-b", "lease-x"), now: 10 * sec,
+		want: denyMsg("bound-ns", InvariantBound, "leaseguard: rule bound-ns: system:serviceaccount:mns-a:m-x may not write "+k+" mns-b/lease-x (bound lease: mns-a/lease-x)")})
+	add(decideCase{name: "I9 namespace-bound manager renews another's lease in its namespace", op: upd, caller: mnsA,
+		old: mk(res, "mns-a", "lease-y"), new: mk(res, "mns-a", "lease-y", renewAt(10*sec)), now: 10 * sec,
+		want: denyMsg("bound-ns", InvariantBound, "leaseguard: rule bound-ns: system:serviceaccount:mns-a:m-x may not write "+k+" mns-a/lease-y (bound lease: mns-a/lease-x)")})
+	add(decideCase{name: "I9 namespace-bound manager deletes its lease name in another namespace", op: del, caller: mnsA,
+		old: mk(res, "mns-b", "lease-x"), now: 10 * sec,
+		want: denySub("bound-ns", InvariantBound, "may not write "+k+" mns-b/lease-x (bound lease: mns-a/lease-x)")})
+	add(decideCase{name: "I1 namespace-bound: a username with another ':' is no manager", op: cre, caller: Caller{Username: "system:serviceaccount:mns-a:m-x:y"},
+		new: mk(res, "mns-a", "lease-x"), now: 10 * sec,
+		want: denyMsg("bound-ns", InvariantManager, "leaseguard: rule bound-ns: system:serviceaccount:mns-a:m-x:y is not a manager of "+k+" mns-a/lease-x (managers: system:serviceaccount:{mns}:m-{id})")})
 
 	// --- warn and audit ---
 	add(decideCase{name: "warn renewal too often", op: upd, caller: mgrA,

@@ -171,7 +171,7 @@ func (r *Rule) sharesRenewal(caller *Caller, old *Object) bool {
 	}
 	if r.bind != nil {
 		vals, bound := r.bind.manager.match(caller.Username)
-		if !bound || !r.bind.leaseMatches(old.Name, &vals) {
+		if !bound || !r.bind.boundTo(old.Namespace, old.Name, &vals) {
 			return false
 		}
 	}
@@ -235,7 +235,8 @@ func IdentityChange(req *Request) bool {
 // leaseguard is down (docs/security.md). The generated CEL decides the
 // same, for the writes it sends at all (a write that changes nothing the
 // API server stores goes to neither); where it cannot say who the
-// rightful renewer is (a bind template with several captures), every
+// rightful renewer is (a bind template with several captures that
+// RenewerExpressible refuses), every
 // harmless renewal is left to the fail-open webhook, and so here.
 func FailClosed(p *Policy, req *Request) bool {
 	if IdentityChange(req) || !HarmlessRenewal(p, req) {
@@ -304,10 +305,10 @@ func HarmlessRenewal(p *Policy, req *Request) bool {
 }
 
 // RenewerExpressible reports whether the rule's rightful renewer can be
-// written in CEL: a bind template with several captures cannot be matched
-// there.
+// written in CEL: a bind template with several captures can be only where
+// the lease's name and namespace give them (bind.expressible).
 func (r *Rule) RenewerExpressible() bool {
-	return r.bind == nil || len(r.bind.manager.caps) <= 1
+	return r.bind == nil || r.bind.expressible()
 }
 
 // plainRenewal reports whether new differs from old in renewTime alone, with

@@ -465,6 +465,40 @@ func TestFailClosed(t *testing.T) {
 	}
 }
 
+// Bound by name and namespace (Config Connector's dedicated manager
+// namespaces): CEL says exactly who the bound manager is
+// (RenewerExpressible), so only its renewals ride the fail-open route.
+func TestFailClosedBoundByNamespace(t *testing.T) {
+	p := mustCompile(t, `apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+clockSkew: 2s
+rules:
+- name: mns
+  resources: [leases]
+  namespaces: [mns-a, mns-b]
+  bind:
+    manager: "user:{mns}:m-{id}"
+    namespace: "{mns}"
+    lease: "l-{id}"
+`)
+	renewal := func(user string) *Request {
+		return &Request{Resource: Leases, Operation: Update, Caller: Caller{Username: user},
+			Old: mk(Leases, "mns-a", "l-x", holder("h")), New: mk(Leases, "mns-a", "l-x", holder("h"), renewAt(2*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}
+	}
+	for _, c := range []struct {
+		user string
+		want bool
+	}{
+		{"user:mns-a:m-x", false},
+		{"user:mns-b:m-x", true},
+		{"user:mns-a:m-y", true},
+	} {
+		if got := FailClosed(p, renewal(c.user)); got != c.want {
+			t.Errorf("%s renews mns-a/l-x: FailClosed = %v, want %v", c.user, got, c.want)
+		}
+	}
+}
+
 func TestCoalescingBoundsTheRateLimit(t *testing.T) {
 	_, errs := compileYAML(t, `apiVersion: leaseguard.io/v1alpha1
 kind: LeasePolicy

@@ -41,6 +41,15 @@ type BindView struct {
 	ManagerLits, LeaseLits []string
 	ManagerCaps            int
 	LeaseCaps              []int
+	// NamespaceText is the namespace template, "" when the rule's
+	// namespaces select the lease; NamespaceLits and NamespaceCaps are
+	// then nil.
+	NamespaceText string
+	NamespaceLits []string
+	NamespaceCaps []int
+	// Expressible: CEL can say which lease the bind binds a caller to
+	// (celexpr.BoundLease).
+	Expressible bool
 }
 
 // View describes the rule.
@@ -75,6 +84,12 @@ func (r *Rule) View() RuleView {
 			LeaseLits:   append([]string(nil), r.bind.lease.lits...),
 			ManagerCaps: len(r.bind.manager.caps),
 			LeaseCaps:   append([]int(nil), r.bind.leaseCap...),
+			Expressible: r.bind.expressible(),
+		}
+		if n := r.bind.namespace; n != nil {
+			v.Bind.NamespaceText = n.text
+			v.Bind.NamespaceLits = append([]string(nil), n.lits...)
+			v.Bind.NamespaceCaps = append([]int(nil), r.bind.namespaceCap...)
 		}
 	}
 	return v

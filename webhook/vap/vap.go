@@ -163,9 +163,9 @@ func limits(r *policy.RuleView, o Options) []Limit {
 		add(policy.InvariantNone, "coalesceRenewals", Unsupported,
 			"early renewals are stored: coalescing is a MutatingAdmissionPolicy, rendered by `leaseguard manifests` or `leaseguard vap --coalesce`")
 	}
-	if r.Bind != nil && r.Bind.ManagerCaps != 1 {
+	if r.Bind != nil && !r.Bind.Expressible {
 		add(policy.InvariantBound, "bind", Unsupported,
-			fmt.Sprintf("template %q has several captures, which CEL cannot compare with the lease name: a manager fitting it may write any lease the rule selects", r.Bind.ManagerText))
+			fmt.Sprintf("template %q has %s, which CEL cannot compare with the lease: a manager fitting it may write any lease the rule selects", r.Bind.ManagerText, policy.InexpressibleBind))
 	}
 	return out
 }

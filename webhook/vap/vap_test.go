@@ -129,6 +129,11 @@ func TestVAPLimitsOfTheSample(t *testing.T) {
 		"kcc-namespace-leases partial I4 holderBinding",
 		"kcc-namespace-leases unsupported I6 minRenewInterval",
 		"kcc-namespace-leases unsupported  coalesceRenewals",
+		// Config Connector's dedicated manager namespaces: the lease is
+		// bound by name and namespace, exactly (no limit on bind).
+		"kcc-manager-namespace-leases partial I4 holderBinding",
+		"kcc-manager-namespace-leases unsupported I6 minRenewInterval",
+		"kcc-manager-namespace-leases unsupported  coalesceRenewals",
 	}
 	if got := limitStrings(r.Limits); !slices.Equal(got, want) {
 		t.Fatalf("limits\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -141,7 +146,7 @@ func TestVAPLimitsOfTheSample(t *testing.T) {
 	with := sampleVAP(t, o)
 	// The MutatingAdmissionPolicy coalesces, and acknowledges the other
 	// managers' shared renewals (the limit on designation goes too).
-	if with.Coalescing == nil || with.CoalescingBinding == nil || len(with.Limits) != len(want)-3 {
+	if with.Coalescing == nil || with.CoalescingBinding == nil || len(with.Limits) != len(want)-4 {
 		t.Errorf("with coalescing: policy %v, limits %v", with.Coalescing != nil, limitStrings(with.Limits))
 	}
 	for _, l := range with.Limits {

@@ -1,7 +1,6 @@
 package vap
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -154,8 +153,9 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	}
 	add("manager", celexpr.Or(manager...))
 	boundLease := "true"
-	if r.Bind != nil && r.Bind.ManagerCaps == 1 {
-		boundLease = celexpr.ObjectName + " == " + c.boundLeaseName()
+	if r.Bind != nil && r.Bind.Expressible {
+		bl, _ := celexpr.BoundLease(r.Bind)
+		boundLease = strings.ReplaceAll(bl, celexpr.User, v("user"))
 	}
 	add("boundLease", boundLease)
 
@@ -339,35 +339,30 @@ func (c *vapCEL) acquireOrCreation() string {
 // boundAnyCaptures renders "the username fits the bind template": exactly,
 // also with several captures (each a non-empty run without ':').
 func boundAnyCaptures(b *policy.BindView, user string) string {
-	if b.ManagerCaps == 1 {
-		m, _ := celexpr.BoundManager(b)
-		return strings.ReplaceAll(m, celexpr.User, user)
-	}
-	parts := make([]string, len(b.ManagerLits))
-	for i, l := range b.ManagerLits {
-		parts[i] = regexp.QuoteMeta(l)
-	}
-	return user + ".matches(" + celexpr.Quote("^"+strings.Join(parts, "[^:]+")+"$") + ")"
+	m, _ := celexpr.BoundManager(b)
+	return strings.ReplaceAll(m, celexpr.User, user)
 }
 
-// boundLeaseName renders the lease bound to the caller, for a template with
-// one capture.
+// boundFill renders the lease name or namespace bound to the caller: the
+// template's literals and, for its capture, the value the username gives
+// the manager template's capture caps[0].
+func (c *vapCEL) boundFill(lits []string, caps []int) string {
+	capture := "''"
+	if len(caps) > 0 {
+		capture = strings.ReplaceAll(celexpr.CaptureValues(c.r.Bind)[caps[0]], celexpr.User, v("user"))
+	}
+	return "(" + celexpr.FillBound(lits, len(caps), capture) + ")"
+}
+
+// boundLeaseName renders the lease bound to the caller as a denial names
+// it: namespace/name where the template binds the namespace.
 func (c *vapCEL) boundLeaseName() string {
 	b := c.r.Bind
-	capture := strings.ReplaceAll(celexpr.Capture(b), celexpr.User, v("user"))
-	var parts []string
-	for i, l := range b.LeaseLits {
-		if l != "" {
-			parts = append(parts, celexpr.Quote(l))
-		}
-		if i < len(b.LeaseCaps) {
-			parts = append(parts, capture)
-		}
+	name := c.boundFill(b.LeaseLits, b.LeaseCaps)
+	if b.NamespaceLits == nil {
+		return name
 	}
-	if len(parts) == 0 {
-		return "''"
-	}
-	return "(" + strings.Join(parts, " + ") + ")"
+	return c.boundFill(b.NamespaceLits, b.NamespaceCaps) + " + '/' + " + name
 }
 
 // Failure codes: each names one check of docs/policy.md.
@@ -722,7 +717,7 @@ func (c *vapCEL) whoRefusals() []refusal {
 	}
 	if r.Bind != nil {
 		add(refusal{code: codeUnbound, problem: lit("may not write"), hint: lit("bound to no lease: username does not fit " + r.Bind.ManagerText)})
-		if r.Bind.ManagerCaps == 1 {
+		if r.Bind.Expressible {
 			add(refusal{code: codeOtherLease, problem: lit("may not write"), hint: str(lit("bound lease: "), c.boundLeaseName())})
 		}
 	}
