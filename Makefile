@@ -321,6 +321,14 @@ measure-multicluster-curve: controlplane ## Lease traffic against the number of 
 		go test -count=1 -timeout 4h -v -run TestMultiCluster . -ginkgo.label-filter=curve -ginkgo.v
 	@cat docs/multicluster-curve.md
 
+APF_MANAGERS ?= 100
+APF_ROUNDS ?= 3
+APF_WINDOW ?= 20s
+
+.PHONY: measure-apf
+measure-apf: controlplane ## API Priority and Fairness for lease traffic: a manager flooding lease writes beside renewing ones, the other clients' latency with the API server's default flow schemas and with config/components/flowcontrol, interleaved rounds (docs/operations.md).
+	cd test/perf && go run ./apf -managers $(APF_MANAGERS) -rounds $(APF_ROUNDS) -window $(APF_WINDOW)
+
 ##@ Helm chart and alerts (docs/helm.md, docs/alerts.md)
 
 # Helm and promtool are built from their Go modules at the versions pinned in

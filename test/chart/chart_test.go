@@ -276,6 +276,8 @@ resources:
 - %s
 - %s
 - %s
+components:
+- %s
 patches:
 - target:
     kind: NetworkPolicy
@@ -284,7 +286,7 @@ patches:
     - op: replace
       path: /spec/ingress/0/from/0/ipBlock/cidr
       value: %s
-`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"), rel("config/grafana"), apiServerCIDR)
+`, rel("config/default"), rel("config/network-policy"), rel("config/prometheus"), rel("config/grafana"), rel("config/components/flowcontrol"), apiServerCIDR)
 	if err := os.WriteFile(filepath.Join(everything, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +297,7 @@ patches:
 	}{
 		{"certManager", nil, abs("config/default")},
 		{"selfManaged", []string{"--set", "certificates.mode=selfManaged"}, abs("config/self-managed")},
-		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true", "--set-json", apiServerPeers}, everything},
+		{"every toggle", []string{"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true,flowControl.enabled=true", "--set-json", apiServerPeers}, everything},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// config/ installs the coalescing MutatingAdmissionPolicy,
@@ -332,7 +334,8 @@ patches:
 					// namespace and creates none (helm --create-namespace,
 					// or the admin's, labelled as docs/helm.md says).
 					continue
-				case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+				case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+					"FlowSchema", "PriorityLevelConfiguration":
 					// Intended: they are cluster-scoped, but kustomize's
 					// namespace transformer does not know these kinds and
 					// sets metadata.namespace on them (the API server
@@ -420,7 +423,7 @@ func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {
 							t.Errorf("%s: inject-ca-from in selfManaged mode", key(o))
 						}
 					case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
-						"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+						"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "FlowSchema", "PriorityLevelConfiguration":
 					default:
 						if meta["namespace"] != ns {
 							t.Errorf("%s: namespace %v, want %s", key(o), meta["namespace"], ns)

@@ -41,7 +41,7 @@ func TestChartAndOverlaysInstallNoCRD(t *testing.T) {
 	for name, args := range map[string][]string{
 		"defaults":    nil,
 		"selfManaged": {"--set", "certificates.mode=selfManaged"},
-		"every toggle": {"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true",
+		"every toggle": {"--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,networkPolicy.enabled=true,grafanaDashboard.enabled=true,flowControl.enabled=true",
 			"--set-json", apiServerPeers},
 	} {
 		// --include-crds: what `helm install` would apply from crds/ too.
