@@ -46,8 +46,8 @@ COALESCE ?= policy
 
 .PHONY: manifests
 manifests: ## Generate config/webhook/manifests.yaml from the deployed policy, config/manager/policy.yaml, and the e2e overlays' patch from theirs.
-	go run ./cmd/leaseguard manifests --config config/manager/policy.yaml --coalesce $(COALESCE) -o config/webhook/manifests.yaml
-	go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml --coalesce $(COALESCE) --kustomize-patch -o config/e2e-policy/webhooks-patch.yaml
+	go run ./cmd/leaseguard manifests --config config/manager/policy.yaml --coalesce $(COALESCE) --output-file config/webhook/manifests.yaml
+	go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml --coalesce $(COALESCE) --kustomize-patch --output-file config/e2e-policy/webhooks-patch.yaml
 
 .PHONY: run
 run: controlplane build-dev ## Run leaseguard on a local control plane (leaseguard dev).
@@ -148,7 +148,7 @@ bench: ## Benchmarks of the decision core and of the handler beside a no-op hand
 
 .PHONY: vap
 vap: ## Generate config/vap/vap.yaml: the sample policy as ValidatingAdmissionPolicies (kubectl leaseguard vap).
-	go run ./cmd/kubectl-leaseguard vap --config config/samples/policy.yaml --coalesce=policy -o config/vap/vap.yaml
+	go run ./cmd/kubectl-leaseguard vap --config config/samples/policy.yaml --coalesce=policy --output-file config/vap/vap.yaml
 
 .PHONY: test-vap
 test-vap: controlplane ## Verdict parity through three real API servers: leaseguard as shipped, the webhook alone (--coalesce webhook), the generated policies.
@@ -378,8 +378,8 @@ CHART_NAMESPACE_PLACEHOLDER := zz-leaseguard-release-namespace
 chart: build ## Regenerate charts/leaseguard's generated files: `leaseguard manifests` of the default policy per coalescing mode, and the copies of the policy, alerts and dashboard (no CRD: the chart installs none).
 	@for c in policy webhook off; do \
 		echo "leaseguard manifests --coalesce $$c -> $(CHART)/files/webhooks-coalesce-$$c.yaml"; \
-		bin/leaseguard manifests --config config/manager/policy.yaml --namespace $(CHART_NAMESPACE_PLACEHOLDER) \
-			--coalesce $$c -o $(CHART)/files/webhooks-coalesce-$$c.yaml || exit 1; \
+		bin/leaseguard manifests --config config/manager/policy.yaml --leaseguard-namespace $(CHART_NAMESPACE_PLACEHOLDER) \
+			--coalesce $$c --output-file $(CHART)/files/webhooks-coalesce-$$c.yaml || exit 1; \
 	done
 	cp config/manager/policy.yaml $(CHART)/files/policy.yaml
 	cp config/prometheus/alerts.yaml $(CHART)/files/alerts.yaml

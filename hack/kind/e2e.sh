@@ -131,7 +131,7 @@ cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KUBECONFIG="$KIND_KUBECONFIG" CLU
 helm_install() {
 	mkdir -p "$chart_dir"
 	go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml \
-		--namespace leaseguard-system --coalesce policy -o "$chart_dir/webhooks.yaml" || return 1
+		--leaseguard-namespace leaseguard-system --coalesce policy --output-file "$chart_dir/webhooks.yaml" || return 1
 	# The namespace as docs/helm.md creates it: restricted pod security.
 	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f - <<-NS || return 1
 		apiVersion: v1

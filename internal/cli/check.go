@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/leaseguard/leaseguard/webhook/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/policy"
@@ -17,9 +19,9 @@ import (
 
 // checkOptions are the flags of `leaseguard check`.
 type checkOptions struct {
-	configPath, user, operation, subresource, oldPath, newPath, podName, now, namespace, fieldManager string
-	groups                                                                                            []string
-	dryRun                                                                                            bool
+	configPath, user, operation, subresource, oldPath, newPath, podName, now, namespace, fieldManager, output string
+	groups                                                                                                    []string
+	dryRun                                                                                                    bool
 	// errOut receives notes (the verdict goes to standard output).
 	errOut io.Writer
 }
@@ -29,12 +31,12 @@ type checkOptions struct {
 func NewCheckCommand() *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check --config policy.yaml --user USER [--old old.yaml] [--new new.yaml]",
+		Use:   "check --config policy.yaml --as USER [--old old.yaml] [--new new.yaml] [-o text|json|yaml]",
 		Short: "Decide one lease write offline, exactly as the webhook would; exit 1 on deny",
 		Long: `check evaluates one write against a policy file with the webhook's decision
 core, with no cluster. The operation defaults to CREATE with --new only,
 DELETE with --old only and UPDATE with both. It prints the verdict and the
-message.
+message (-o json or yaml: as an object, for scripts).
 
 Exit status: 0 when the write is admitted (allow, warn, audit, coalesced or
 acknowledged: answered success without being stored); 1 when it is denied;
@@ -55,15 +57,18 @@ acknowledged: answered success without being stored); 1 when it is denied;
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
 	fs := cmd.Flags()
 	fs.StringVar(&o.configPath, "config", "", "LeasePolicy file (required)")
-	fs.StringVar(&o.user, "user", "", "username of the caller (required)")
-	fs.StringSliceVar(&o.groups, "group", nil, "group of the caller (repeatable)")
+	// --as and --as-group, as kubectl names the user a request is made as
+	// (in the kubectl plugin, --user is kubeconfig's user, for top).
+	fs.StringVar(&o.user, "as", "", "username of the caller (required)")
+	fs.StringSliceVar(&o.groups, "as-group", nil, "group of the caller (repeatable)")
+	fs.StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
 	fs.StringVar(&o.podName, "pod-name", "", "the caller's "+policy.PodNameExtra+" extra")
 	fs.StringVar(&o.operation, "operation", "", "CREATE, UPDATE or DELETE (inferred from --old/--new when empty)")
 	fs.StringVar(&o.subresource, "subresource", "", `"status" for a MultiClusterLease status write`)
 	fs.StringVar(&o.oldPath, "old", "", "the stored object (YAML or JSON)")
 	fs.StringVar(&o.newPath, "new", "", "the object as written (YAML or JSON)")
 	fs.StringVar(&o.now, "now", "", "server time, RFC 3339 (default: the current time)")
-	fs.StringVar(&o.namespace, "namespace", "leaseguard-system", "leaseguard's own namespace, for policy validation")
+	fs.StringVar(&o.namespace, "leaseguard-namespace", "leaseguard-system", "leaseguard's own namespace, for policy validation")
 	fs.StringVar(&o.fieldManager, "field-manager", "", "the write's field manager (kubectl's start with \"kubectl\": such writes are never backed off)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "the write is a server-side dry run (never backed off)")
 	return cmd
@@ -74,7 +79,14 @@ func bad(err error) error { return Usage(err) }
 
 func (o *checkOptions) run(out io.Writer) error {
 	if o.configPath == "" || o.user == "" {
-		return bad(errors.New("check needs --config and --user"))
+		return bad(errors.New("check needs --config and --as"))
+	}
+	switch o.output {
+	case "":
+		o.output = "text"
+	case "text", "json", "yaml":
+	default:
+		return bad(fmt.Errorf("--output %q: want text, json or yaml", o.output))
 	}
 	p, _, err := policyfile.Load(o.configPath, policy.CompileOptions{OwnNamespace: o.namespace})
 	if err != nil {
@@ -93,34 +105,96 @@ func (o *checkOptions) run(out io.Writer) error {
 			fmt.Fprintln(o.errOut, "leaseguard: note:", n)
 		}
 	}
+	r := verdictOf(p, req)
+	if err := r.print(out, o.output); err != nil {
+		return err
+	}
+	if r.Verdict == policy.Deny.String() {
+		return Refused(nil)
+	}
+	return nil
+}
+
+// checkResult is check's answer, printed as text or, with -o json|yaml, as
+// this object.
+type checkResult struct {
+	// Verdict is allow, deny, warn or audit.
+	Verdict string `json:"verdict"`
+	// Outcome says what the API server does with the write: stored,
+	// refused, or coalesced / acknowledged (answered success, not stored).
+	Outcome   string `json:"outcome"`
+	Rule      string `json:"rule,omitempty"`
+	Invariant string `json:"invariant,omitempty"`
+	// Code is the HTTP status of a refusal; RetryAfterSeconds its
+	// Retry-After (a losing candidate's back-off).
+	Code              int     `json:"code,omitempty"`
+	RetryAfterSeconds float64 `json:"retryAfterSeconds,omitempty"`
+	Message           string  `json:"message,omitempty"`
+	// Warning is what the caller sees as a warning on an admitted write.
+	Warning string `json:"warning,omitempty"`
+	text    string
+}
+
+// verdictOf decides req as the webhook would: coalesced or acknowledged
+// first (the mutating step), then validated.
+func verdictOf(p *policy.Policy, req *policy.Request) *checkResult {
 	if policy.Coalesce(p, req) {
 		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
-		fmt.Fprintf(out, "ALLOW (coalesced): rule %s: renewTime advances %s, less than coalesceRenewals %s: acknowledged, not stored\n",
-			rule.Name, req.New.Spec.RenewTime.Sub(req.Old.Spec.RenewTime).Round(time.Millisecond), rule.CoalesceInterval())
-		return nil
+		msg := fmt.Sprintf("renewTime advances %s, less than coalesceRenewals %s: acknowledged, not stored",
+			req.New.Spec.RenewTime.Sub(req.Old.Spec.RenewTime).Round(time.Millisecond), rule.CoalesceInterval())
+		return &checkResult{Verdict: policy.Allow.String(), Outcome: "coalesced", Rule: rule.Name, Message: msg,
+			text: "ALLOW (coalesced): rule " + rule.Name + ": " + msg}
 	}
 	if policy.Acknowledge(p, req) {
 		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
-		fmt.Fprintf(out, "ALLOW (acknowledged): rule %s: %s renews the shared holder's lease, which %s writes: acknowledged, not stored (by leaseguard's mutating webhook; without it, stored)\n",
-			rule.Name, policy.Clip(req.Caller.Username), policy.Clip(rule.DesignatedWriter(req.Old)))
-		return nil
+		msg := fmt.Sprintf("%s renews the shared holder's lease, which %s writes: acknowledged, not stored (by leaseguard's mutating webhook; without it, stored)",
+			policy.Clip(req.Caller.Username), policy.Clip(rule.DesignatedWriter(req.Old)))
+		return &checkResult{Verdict: policy.Allow.String(), Outcome: "acknowledged", Rule: rule.Name, Message: msg,
+			text: "ALLOW (acknowledged): rule " + rule.Name + ": " + msg}
 	}
 	d := policy.Decide(p, req)
+	r := &checkResult{Verdict: d.Verdict.String(), Outcome: "stored", Rule: d.Rule, Message: d.Message}
+	if d.Invariant != policy.InvariantNone {
+		r.Invariant = string(d.Invariant)
+	}
 	switch {
 	case d.Rule == "":
-		fmt.Fprintln(out, "ALLOW: no rule selects this object")
+		r.text = "ALLOW: no rule selects this object"
 	case d.Verdict == policy.Allow:
-		fmt.Fprintf(out, "ALLOW: rule %s\n", d.Rule)
+		r.text = "ALLOW: rule " + d.Rule
 		if d.Notice != "" {
-			fmt.Fprintln(out, "Warning:", d.Notice)
+			r.Warning = d.Notice
+			r.text += "\nWarning: " + d.Notice
 		}
 	case d.Verdict == policy.Deny:
-		fmt.Fprintf(out, "DENY (%s, HTTP %d%s): %s\n", d.Invariant, d.Code, retryAfter(&d), d.Message)
-		return Refused(nil)
+		r.Outcome, r.Code, r.RetryAfterSeconds = "refused", int(d.Code), d.RetryAfter.Seconds()
+		r.text = fmt.Sprintf("DENY (%s, HTTP %d%s): %s", d.Invariant, d.Code, retryAfter(&d), d.Message)
 	default:
-		fmt.Fprintf(out, "%s (%s, admitted): %s\n", strings.ToUpper(d.Verdict.String()), d.Invariant, d.Message)
+		r.Warning = d.Message
+		r.text = fmt.Sprintf("%s (%s, admitted): %s", strings.ToUpper(d.Verdict.String()), d.Invariant, d.Message)
 	}
-	return nil
+	return r
+}
+
+func (r *checkResult) print(out io.Writer, format string) error {
+	switch format {
+	case "json":
+		data, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", data)
+		return err
+	case "yaml":
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(data)
+		return err
+	}
+	_, err := fmt.Fprintln(out, r.text)
+	return err
 }
 
 // request builds the decision core's request from the flags and files.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -162,155 +163,155 @@ func TestCheckVerdicts(t *testing.T) {
 	}{
 		{
 			name: "designated manager renews",
-			args: []string{"--user", mgrA, "--old", paths["mcl-old-6s"], "--new", paths["mcl-renewed"]},
+			args: []string{"--as", mgrA, "--old", paths["mcl-old-6s"], "--new", paths["mcl-renewed"]},
 			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
 			name: "I2: another manager writes a fresh designated MultiClusterLease",
-			args: []string{"--user", mgrB, "--old", paths["mcl-old"], "--new", paths["mcl-takeover"]},
+			args: []string{"--as", mgrB, "--old", paths["mcl-old"], "--new", paths["mcl-takeover"]},
 			out: "DENY (I2, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
 				" is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)\n",
 			code: 1,
 		},
 		{
 			name: "I3: another manager takes over a stale designation",
-			args: []string{"--user", mgrB, "--old", paths["mcl-stale"], "--new", paths["mcl-taken-over"]},
+			args: []string{"--as", mgrB, "--old", paths["mcl-stale"], "--new", paths["mcl-taken-over"]},
 			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
 			name: "I3: another manager may not designate itself while fresh",
-			args: []string{"--user", mgrB, "--old", paths["mcl-old"], "--new", paths["mcl-taken-over"]},
+			args: []string{"--as", mgrB, "--old", paths["mcl-old"], "--new", paths["mcl-taken-over"]},
 			out: "DENY (I3, HTTP 403): leaseguard: rule kcc-mcl: " + mgrB +
 				" may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)\n",
 			code: 1,
 		},
 		{
 			name: "operator writes anything",
-			args: []string{"--user", operator, "--old", paths["mcl-old"], "--new", paths["mcl-takeover"]},
+			args: []string{"--as", operator, "--old", paths["mcl-old"], "--new", paths["mcl-takeover"]},
 			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
 			// The cluster's shared candidate renewing: never refused for
 			// how often (docs/design.md §4); Leases are (below).
 			name: "I6: a shared MultiClusterLease renewal is not rate limited",
-			args: []string{"--user", mgrA, "--old", paths["mcl-too-soon"], "--new", paths["mcl-renewed"], "--operation", "update"},
+			args: []string{"--as", mgrA, "--old", paths["mcl-too-soon"], "--new", paths["mcl-renewed"], "--operation", "update"},
 			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
 			name: "I6: fractional retry-after",
-			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew-2.5"], "--now", "2026-01-02T15:04:05.5Z"},
+			args: []string{"--as", "alice", "--old", paths["app-old"], "--new", paths["app-renew-2.5"], "--now", "2026-01-02T15:04:05.5Z"},
 			out: "DENY (I6, HTTP 429, retry after 2.5s): leaseguard: rule app-leases: alice" +
 				" renews too often lease apps/app (renewed 2.5s after the stored renewal, minimum 5s)\n",
 			code: 1,
 		},
 		{
 			name: "I8: a manager writes the status",
-			args: []string{"--user", mgrA, "--subresource", "status", "--old", paths["mcl-old"], "--new", paths["mcl-old"]},
+			args: []string{"--as", mgrA, "--subresource", "status", "--old", paths["mcl-old"], "--new", paths["mcl-old"]},
 			out: "DENY (I8, HTTP 403): leaseguard: rule kcc-mcl: " + mgrA +
 				" may not write the status of multiclusterlease cnrm-system/kcc-leader (status writers: " + mclCtl + ")\n",
 			code: 1,
 		},
 		{
 			name: "status writer writes the status",
-			args: []string{"--user", mclCtl, "--subresource", "status", "--old", paths["mcl-old"], "--new", paths["mcl-old"]},
+			args: []string{"--as", mclCtl, "--subresource", "status", "--old", paths["mcl-old"], "--new", paths["mcl-old"]},
 			out:  "ALLOW: rule kcc-mcl\n",
 		},
 		{
 			name: "no rule selects a lease",
-			args: []string{"--user", "anyone", "--new", paths["lease-other-ns"]},
+			args: []string{"--as", "anyone", "--new", paths["lease-other-ns"]},
 			out:  "ALLOW: no rule selects this object\n",
 		},
 		{
 			name: "no rule selects a MultiClusterLease",
-			args: []string{"--user", "anyone", "--old", paths["mcl-other-ns"]},
+			args: []string{"--as", "anyone", "--old", paths["mcl-other-ns"]},
 			out:  "ALLOW: no rule selects this object\n",
 		},
 		{
 			name: "warn: I9 another manager's bound lease",
-			args: []string{"--user", mgrTeamB, "--pod-name", "pod-a", "--new", paths["lease-team-a"]},
+			args: []string{"--as", mgrTeamB, "--pod-name", "pod-a", "--new", paths["lease-team-a"]},
 			out: "WARN (I9, admitted): leaseguard: rule kcc-namespace-leases: " + mgrTeamB +
 				" may not write lease cnrm-system/kcc-leader-team-a (bound lease: kcc-leader-team-b)\n",
 		},
 		{
 			name: "warn: I1 not a manager",
-			args: []string{"--user", "mallory", "--new", paths["lease-team-a"]},
+			args: []string{"--as", "mallory", "--new", paths["lease-team-a"]},
 			out: "WARN (I1, admitted): leaseguard: rule kcc-namespace-leases: mallory is not a manager of lease cnrm-system/kcc-leader-team-a" +
 				" (managers: system:serviceaccount:cnrm-system:cnrm-controller-manager-{ns})\n",
 		},
 		{
 			name: "warn: I5 no pod-bound token",
-			args: []string{"--user", mgrTeamA, "--new", paths["lease-team-a"]},
+			args: []string{"--as", mgrTeamA, "--new", paths["lease-team-a"]},
 			out: "WARN (I5, admitted): leaseguard: rule kcc-namespace-leases: " + mgrTeamA +
 				" has no pod-bound token and may not write lease cnrm-system/kcc-leader-team-a (holderBinding pod needs the authentication.kubernetes.io/pod-name extra)\n",
 		},
 		{
 			name: "bound manager creates its lease from its pod",
-			args: []string{"--user", mgrTeamA, "--pod-name", "pod-a", "--new", paths["lease-team-a"], "--operation", "CREATE"},
+			args: []string{"--as", mgrTeamA, "--pod-name", "pod-a", "--new", paths["lease-team-a"], "--operation", "CREATE"},
 			out:  "ALLOW: rule kcc-namespace-leases\n",
 		},
 		{
 			name: "audit: I1",
-			args: []string{"--user", "bob", "--new", paths["audited"]},
+			args: []string{"--as", "bob", "--new", paths["audited"]},
 			out:  "AUDIT (I1, admitted): leaseguard: rule audited: bob is not a manager of lease audited/x (managers: alice)\n",
 		},
 		{
 			name: "I1 deny under a deny rule",
-			args: []string{"--user", "mallory", "--old", paths["app-old"]},
+			args: []string{"--as", "mallory", "--old", paths["app-old"]},
 			out:  "DENY (I1, HTTP 403): leaseguard: rule app-leases: mallory is not a manager of lease apps/app (managers: alice, bob)\n",
 			code: 1,
 		},
 		{
 			name: "I4: holder change of a live lease",
-			args: []string{"--user", "bob", "--old", paths["app-old"], "--new", paths["app-bob"]},
+			args: []string{"--as", "bob", "--old", paths["app-old"], "--new", paths["app-bob"]},
 			out: "DENY (I4, HTTP 403): leaseguard: rule app-leases: bob may not change the holder (alice to bob) of lease apps/app" +
 				" (held until 2026-01-02T15:04:20Z, expires in 15s)\n",
 			code: 1,
 		},
 		{
 			name: "I5: holder must be the username",
-			args: []string{"--user", "bob", "--new", paths["app-carol"]},
+			args: []string{"--as", "bob", "--new", paths["app-carol"]},
 			out: "DENY (I5, HTTP 403): leaseguard: rule app-leases: bob writes holder carol that is not its username on lease apps/app" +
 				" (holder must be the caller's username)\n",
 			code: 1,
 		},
 		{
 			name: "I7: renewTime in the future",
-			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-future"]},
+			args: []string{"--as", "alice", "--old", paths["app-old"], "--new", paths["app-future"]},
 			out: "DENY (I7, HTTP 403): leaseguard: rule app-leases: alice sets a renewTime in the future on lease apps/app" +
 				" (renewTime 10s ahead of the server clock, allowed 2s)\n",
 			code: 1,
 		},
 		{
 			name: "operator by group",
-			args: []string{"--user", "admin", "--group", "system:authenticated", "--group", "system:masters", "--old", paths["app-old"], "--new", paths["app-carol"]},
+			args: []string{"--as", "admin", "--as-group", "system:authenticated", "--as-group", "system:masters", "--old", paths["app-old"], "--new", paths["app-carol"]},
 			out:  "ALLOW: rule app-leases\n",
 		},
 		{
 			// Deleting a live lease releases it: its holder's (or an
 			// operator's) to do (I4).
 			name: "I4: another manager deletes the live lease",
-			args: []string{"--user", "bob", "--old", paths["app-old"], "--operation", "DELETE"},
+			args: []string{"--as", "bob", "--old", paths["app-old"], "--operation", "DELETE"},
 			out: "DENY (I4, HTTP 403): leaseguard: rule app-leases: bob may not delete the live lease of alice on lease apps/app" +
 				" (only the holder or an operator may; held until 2026-01-02T15:04:20Z, expires in 15s)\n",
 			code: 1,
 		},
 		{
 			name: "the holder deletes",
-			args: []string{"--user", "alice", "--old", paths["app-old"], "--operation", "DELETE"},
+			args: []string{"--as", "alice", "--old", paths["app-old"], "--operation", "DELETE"},
 			out:  "ALLOW: rule app-leases\n",
 		},
 		{
 			// client-go re-sends the very body refused with 429 after
 			// Retry-After: by then 5s have passed since the stored renewTime.
 			name: "I6: the same renewal retried after Retry-After",
-			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--now", "2026-01-02T15:04:08Z"},
+			args: []string{"--as", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--now", "2026-01-02T15:04:08Z"},
 			out:  "ALLOW: rule app-leases\n",
 		},
 		{
 			// I6 measures the time since the stored renewTime (2s before
 			// --now) by the server clock.
 			name: "PATCH is an UPDATE",
-			args: []string{"--user", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--operation", "PATCH"},
+			args: []string{"--as", "alice", "--old", paths["app-old"], "--new", paths["app-renew"], "--operation", "PATCH"},
 			out:  "DENY (I6, HTTP 429, retry after 3s): leaseguard: rule app-leases: alice renews too often lease apps/app (renewed 2s after the stored renewal, minimum 5s)\n",
 			code: 1,
 		},
@@ -354,7 +355,7 @@ func TestCheckNowDecides(t *testing.T) {
 	old := f.write("old.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -5 * time.Second}.yaml())
 	// mgrB takes over: designates itself and acquires.
 	takeover := f.write("new.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrB, holder: "b", renew: 13 * time.Second}.yaml())
-	base := []string{"--config", f.policy(), "--user", mgrB, "--old", old, "--new", takeover}
+	base := []string{"--config", f.policy(), "--as", mgrB, "--old", old, "--new", takeover}
 
 	// Stale at old renewTime + 15s lease + 2s skew = 15:04:17, and only once
 	// the clock is past it.
@@ -401,35 +402,35 @@ func TestCheckBadInput(t *testing.T) {
 		want  []string
 		exact string
 	}{
-		{"missing --config", []string{"--user", "alice", "--new", lease}, nil, "check needs --config and --user"},
-		{"missing --user", []string{"--config", pol, "--new", lease}, nil, "check needs --config and --user"},
-		{"no objects", []string{"--config", pol, "--user", "alice"}, nil, "check needs --old, --new or both"},
-		{"unknown policy file", []string{"--config", missing, "--user", "alice", "--new", lease}, []string{missing, "no such file or directory"}, ""},
-		{"policy with an unknown field", []string{"--config", badPolicy, "--user", "alice", "--new", lease}, nil,
+		{"missing --config", []string{"--as", "alice", "--new", lease}, nil, "check needs --config and --as"},
+		{"missing --user", []string{"--config", pol, "--new", lease}, nil, "check needs --config and --as"},
+		{"no objects", []string{"--config", pol, "--as", "alice"}, nil, "check needs --old, --new or both"},
+		{"unknown policy file", []string{"--config", missing, "--as", "alice", "--new", lease}, []string{missing, "no such file or directory"}, ""},
+		{"policy with an unknown field", []string{"--config", badPolicy, "--as", "alice", "--new", lease}, nil,
 			"policy file " + badPolicy + ": 1 problem(s):\n  line 6: field managerz not found in type v1alpha1.Rule"},
-		{"invalid policy lists every problem", []string{"--config", invalidPolicy, "--user", "alice", "--new", lease},
+		{"invalid policy lists every problem", []string{"--config", invalidPolicy, "--as", "alice", "--new", lease},
 			[]string{"policy file " + invalidPolicy + ": 2 problem(s):\n",
 				"\n  line 6: rules[0].namespaces: Invalid value:",
 				"\n  line 8: rules[0].minRenewInterval: Invalid value: \"-5s\": must not be negative"}, ""},
-		{"--namespace feeds policy validation", []string{"--config", ownNS, "--namespace", "guard", "--user", "alice", "--new", lease},
+		{"--leaseguard-namespace feeds policy validation", []string{"--config", ownNS, "--leaseguard-namespace", "guard", "--as", "alice", "--new", lease},
 			[]string{"policy file " + ownNS + ": 1 problem(s):\n  line 6: rules[0].namespaces: Invalid value:", "leaseguard is never called for kube-system, kube-node-lease, guard"}, ""},
-		{"unknown --old file", []string{"--config", pol, "--user", "alice", "--old", missing}, []string{missing, "no such file or directory"}, ""},
-		{"unknown --new file", []string{"--config", pol, "--user", "alice", "--old", lease, "--new", missing}, []string{missing, "no such file or directory"}, ""},
-		{"object without a name", []string{"--config", pol, "--user", "alice", "--new", noName}, nil, noName + ": metadata.name is missing"},
-		{"object of another kind", []string{"--config", pol, "--user", "alice", "--old", configMap}, nil,
+		{"unknown --old file", []string{"--config", pol, "--as", "alice", "--old", missing}, []string{missing, "no such file or directory"}, ""},
+		{"unknown --new file", []string{"--config", pol, "--as", "alice", "--old", lease, "--new", missing}, []string{missing, "no such file or directory"}, ""},
+		{"object without a name", []string{"--config", pol, "--as", "alice", "--new", noName}, nil, noName + ": metadata.name is missing"},
+		{"object of another kind", []string{"--config", pol, "--as", "alice", "--old", configMap}, nil,
 			configMap + ": object is v1 ConfigMap, want coordination.k8s.io/v1 Lease or multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease"},
-		{"object with a negative duration", []string{"--config", pol, "--user", "alice", "--new", negative}, []string{negative + ": ", "spec.leaseDurationSeconds", "negative (-15)"}, ""},
-		{"--old and --new of different kinds", []string{"--config", pol, "--user", "alice", "--old", lease, "--new", mcl}, []string{"--old is a Lease, --new a MultiClusterLease: both must be the same kind"}, ""},
-		{"--operation CREATE with both objects", []string{"--config", pol, "--user", "alice", "--old", lease, "--new", lease, "--operation", "CREATE"}, nil,
+		{"object with a negative duration", []string{"--config", pol, "--as", "alice", "--new", negative}, []string{negative + ": ", "spec.leaseDurationSeconds", "negative (-15)"}, ""},
+		{"--old and --new of different kinds", []string{"--config", pol, "--as", "alice", "--old", lease, "--new", mcl}, []string{"--old is a Lease, --new a MultiClusterLease: both must be the same kind"}, ""},
+		{"--operation CREATE with both objects", []string{"--config", pol, "--as", "alice", "--old", lease, "--new", lease, "--operation", "CREATE"}, nil,
 			"--operation CREATE does not fit the objects given (--old and --new wants UPDATE)"},
-		{"--operation DELETE with --new only", []string{"--config", pol, "--user", "alice", "--new", lease, "--operation", "delete"}, nil,
+		{"--operation DELETE with --new only", []string{"--config", pol, "--as", "alice", "--new", lease, "--operation", "delete"}, nil,
 			"--operation delete does not fit the objects given (--new only wants CREATE)"},
-		{"--operation UPDATE with --old only", []string{"--config", pol, "--user", "alice", "--old", lease, "--operation", "UPDATE"}, nil,
+		{"--operation UPDATE with --old only", []string{"--config", pol, "--as", "alice", "--old", lease, "--operation", "UPDATE"}, nil,
 			"--operation UPDATE does not fit the objects given (--old only wants DELETE)"},
-		{"--operation not an operation", []string{"--config", pol, "--user", "alice", "--new", lease, "--operation", "CONNECT"}, []string{`--operation "CONNECT" is not CREATE, UPDATE (or PATCH) or DELETE`}, ""},
-		{"bad --now", []string{"--config", pol, "--user", "alice", "--new", lease, "--now", "2026-01-02 15:04:05"}, nil,
+		{"--operation not an operation", []string{"--config", pol, "--as", "alice", "--new", lease, "--operation", "CONNECT"}, []string{`--operation "CONNECT" is not CREATE, UPDATE (or PATCH) or DELETE`}, ""},
+		{"bad --now", []string{"--config", pol, "--as", "alice", "--new", lease, "--now", "2026-01-02 15:04:05"}, nil,
 			`--now "2026-01-02 15:04:05" is not an RFC 3339 time`},
-		{"--now without zone", []string{"--config", pol, "--user", "alice", "--new", lease, "--now", "2026-01-02T15:04:05"}, nil,
+		{"--now without zone", []string{"--config", pol, "--as", "alice", "--new", lease, "--now", "2026-01-02T15:04:05"}, nil,
 			`--now "2026-01-02T15:04:05" is not an RFC 3339 time`},
 	}
 	for _, tc := range tests {
@@ -466,9 +467,9 @@ func TestCheckUsageErrorsExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown flag", []string{"--config", f.policy(), "--user", "alice", "--new", lease, "--bogus"}, "unknown flag: --bogus"},
-		{"positional argument", []string{"--config", f.policy(), "--user", "alice", "--new", lease, "extra"}, `unknown command "extra"`},
-		{"flag without value", []string{"--config", f.policy(), "--user", "alice", "--new"}, "flag needs an argument: --new"},
+		{"unknown flag", []string{"--config", f.policy(), "--as", "alice", "--new", lease, "--bogus"}, "unknown flag: --bogus"},
+		{"positional argument", []string{"--config", f.policy(), "--as", "alice", "--new", lease, "extra"}, `unknown command "extra"`},
+		{"flag without value", []string{"--config", f.policy(), "--as", "alice", "--new"}, "flag needs an argument: --new"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -545,23 +546,23 @@ func TestCheckDecidesCoalescingBackOffAndBounds(t *testing.T) {
 		code int
 		want string
 	}{
-		{"the designated manager's early renewal is coalesced", []string{"--user", mgrA, "--new", renewed}, 0,
+		{"the designated manager's early renewal is coalesced", []string{"--as", mgrA, "--new", renewed}, 0,
 			"ALLOW (coalesced): rule shared: renewTime advances 2s, less than coalesceRenewals 7s: acknowledged, not stored\n"},
 		// Designation decides who writes, never who leads.
-		{"another manager's renewal of the shared lease is acknowledged", []string{"--user", mgrB, "--new", renewed}, 0,
+		{"another manager's renewal of the shared lease is acknowledged", []string{"--as", mgrB, "--new", renewed}, 0,
 			"ALLOW (acknowledged): rule shared: " + mgrB + " renews the shared holder's lease, which " + mgrA + " writes: acknowledged, not stored (by leaseguard's mutating webhook; without it, stored)\n"},
-		{"a losing candidate's other write backs off until the designation goes stale", []string{"--user", mgrB, "--new", retuned}, 1,
+		{"a losing candidate's other write backs off until the designation goes stale", []string{"--as", mgrB, "--new", retuned}, 1,
 			"DENY (I2, HTTP 429, retry after 14s): leaseguard: rule shared: " + mgrB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 14s)\n"},
-		{"kubectl gets the 403 at once", []string{"--user", mgrB, "--new", retuned, "--field-manager", "kubectl-patch"}, 1,
+		{"kubectl gets the 403 at once", []string{"--as", mgrB, "--new", retuned, "--field-manager", "kubectl-patch"}, 1,
 			"DENY (I2, HTTP 403): leaseguard: rule shared: " + mgrB + " is not the designated manager of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 14s)\n"},
-		{"a dry run gets the 403 at once", []string{"--user", mgrB, "--new", retuned, "--dry-run"}, 1,
+		{"a dry run gets the 403 at once", []string{"--as", mgrB, "--new", retuned, "--dry-run"}, 1,
 			"DENY (I2, HTTP 403): "},
 
-		{"a lease longer than maxLeaseDuration", []string{"--user", mgrA, "--new", long}, 1,
+		{"a lease longer than maxLeaseDuration", []string{"--as", mgrA, "--new", long}, 1,
 			"DENY (I10, HTTP 403): leaseguard: rule shared: " + mgrA + " sets leaseDurationSeconds 61 on multiclusterlease cnrm-system/kcc-leader (at most 60 (maxLeaseDuration))\n"},
 	}
 	t.Run("a renewTime typed clients cannot read is refused", func(t *testing.T) {
-		_, code, err := runCheck(t, append(base, "--user", mgrA, "--new", untyped)...)
+		_, code, err := runCheck(t, append(base, "--as", mgrA, "--new", untyped)...)
 		want := "spec.renewTime \"" + strings.Replace(ts(-time.Second), ".000000Z", "Z", 1) +
 			"\" cannot be read by typed clients (metav1.MicroTime): write it as 2006-01-02T15:04:05.000000Z07:00"
 		if code != 2 || err == nil || !strings.Contains(err.Error(), want) {
@@ -575,5 +576,40 @@ func TestCheckDecidesCoalescingBackOffAndBounds(t *testing.T) {
 				t.Fatalf("exit %d, output %q\nwant exit %d, %q", code, out, c.code, c.want)
 			}
 		})
+	}
+}
+
+// -o json and -o yaml print the verdict as an object, for scripts; the exit
+// status is the text output's.
+func TestCheckOutputFormats(t *testing.T) {
+	f := newFiles(t)
+	old := f.write("old.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrA, holder: "a", renew: -5 * time.Second}.yaml())
+	takeover := f.write("new.yaml", obj{mcl: true, ns: "cnrm-system", name: "kcc-leader", designated: mgrB, holder: "b", renew: 13 * time.Second}.yaml())
+	base := []string{"--config", f.policy(), "--as", mgrB, "--old", old, "--new", takeover, "--now", "2026-01-02T15:04:05Z"}
+	msg := "leaseguard: rule kcc-mcl: " + mgrB + " may not take over the designation of multiclusterlease cnrm-system/kcc-leader (designated: ...cnrm-controller-manager-a, stale in 12s)"
+
+	out, code, _ := runCheck(t, append(base, "-o", "json")...)
+	var got checkResult
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("-o json: %v\n%s", err, out)
+	}
+	want := checkResult{Verdict: "deny", Outcome: "refused", Rule: "kcc-mcl", Invariant: "I3", Code: 403, Message: msg}
+	if got != want || code != 1 {
+		t.Errorf("-o json: exit %d, %+v\nwant exit 1, %+v", code, got, want)
+	}
+
+	out, code, _ = runCheck(t, append(base, "--output", "yaml")...)
+	if !strings.HasPrefix(out, "code: 403\ninvariant: I3\nmessage: ") || !strings.Contains(out, "\noutcome: refused\nrule: kcc-mcl\nverdict: deny\n") || code != 1 {
+		t.Errorf("-o yaml: exit %d, output:\n%s", code, out)
+	}
+
+	out, code, _ = runCheck(t, append(base[:len(base)-2], "--now", "2026-01-02T15:04:17.001Z", "-o", "json")...)
+	got = checkResult{}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got != (checkResult{Verdict: "allow", Outcome: "stored", Rule: "kcc-mcl"}) || code != 0 {
+		t.Errorf("-o json, admitted: exit %d, %+v (%v)", code, got, err)
+	}
+
+	if _, code, err := runCheck(t, append(base, "-o", "xml")...); code != 2 || err == nil || err.Error() != `--output "xml": want text, json or yaml` {
+		t.Errorf("-o xml: exit %d, %v; want exit 2 and the formats named", code, err)
 	}
 }

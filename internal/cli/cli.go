@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes, the same for every command of both binaries.
@@ -142,6 +143,25 @@ const preparedAnnotation = "leaseguard.io/cli-prepared"
 
 // writeOutput writes a rendering to the file named by -o, or to standard
 // output.
+// yamlOutput is the output flags of a command that prints Kubernetes
+// objects: -o/--output is the format, as in every command of both binaries
+// (and kubectl), here yaml only; --output-file the file.
+type yamlOutput struct{ format, file string }
+
+func (y *yamlOutput) add(fs *pflag.FlagSet) {
+	fs.StringVarP(&y.format, "output", "o", "yaml", "output format: yaml (the objects as a YAML stream)")
+	fs.StringVar(&y.file, "output-file", "", "write to this file instead of standard output")
+}
+
+// check refuses any format but yaml, naming --output-file for what was
+// likely meant: before -o meant the file here.
+func (y *yamlOutput) check() error {
+	if y.format == "yaml" {
+		return nil
+	}
+	return Usage(fmt.Errorf("--output %q: the only output format is yaml; to write to a file, use --output-file %s", y.format, y.format))
+}
+
 func writeOutput(cmd *cobra.Command, outPath string, data []byte) error {
 	if outPath != "" {
 		return os.WriteFile(outPath, data, 0o644)

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -90,5 +92,31 @@ func TestVAPRefusesWhatDoesNotFit(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "rule teams: validatingadmissionpolicy leaseguard-teams-leases does not fit the API server's limits") ||
 		!strings.Contains(stderr, "100000") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
 		t.Errorf("vap: exit %d: %s", code, stderr)
+	}
+}
+
+// -o is the output format in every command (yaml only here); a file is
+// --output-file. A file name given to -o, as before, is refused with the
+// flag to use.
+func TestOutputFlagIsTheFormat(t *testing.T) {
+	dir := t.TempDir()
+	sample := "../../config/samples/policy.yaml"
+	for _, cmd := range []string{"manifests", "vap"} {
+		file := filepath.Join(dir, cmd+".yaml")
+		if _, stderr, code := runArgs(t, cmd, "--config", sample, "-o", file); code != 2 ||
+			!strings.Contains(stderr, `--output "`+file+`": the only output format is yaml; to write to a file, use --output-file `+file) {
+			t.Errorf("%s -o FILE: exit %d, %s", cmd, code, stderr)
+		}
+		stdout, _, code := runArgs(t, cmd, "--config", sample, "-o", "yaml")
+		if code != 0 || !strings.Contains(stdout, "apiVersion: admissionregistration.k8s.io/v1") {
+			t.Errorf("%s -o yaml: exit %d", cmd, code)
+		}
+		if _, stderr, code := runArgs(t, cmd, "--config", sample, "--output-file", file); code != 0 {
+			t.Errorf("%s --output-file: exit %d, %s", cmd, code, stderr)
+		}
+		written, err := os.ReadFile(file)
+		if err != nil || string(written) != stdout {
+			t.Errorf("%s --output-file wrote %d bytes (%v), standard output %d", cmd, len(written), err, len(stdout))
+		}
 	}
 }

@@ -17,7 +17,8 @@ import (
 func NewManifestsCommand() *cobra.Command {
 	o := manifests.Defaults()
 	coalesce := NewCoalesceFlag(manifests.CoalesceInAPIServer, manifests.CoalesceInAPIServer, manifests.CoalesceInWebhook, manifests.CoalesceOff)
-	var configPath, caFile, outPath string
+	var configPath, caFile string
+	var output yamlOutput
 	var strict, kustomizePatch bool
 	cmd := &cobra.Command{
 		Use:   "manifests --config policy.yaml",
@@ -38,7 +39,7 @@ unreadable or invalid policy, --ca-bundle-file).`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&configPath, "config", "", "LeasePolicy file (required)")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "leaseguard's namespace: never intercepted, and where its Service is")
+	fs.StringVar(&o.Namespace, "leaseguard-namespace", o.Namespace, "leaseguard's namespace: never intercepted, and where its Service is")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "the webhook Service")
 	fs.StringVar(&o.URL, "url", "", "call the webhooks at this base URL instead of the Service (a server outside the cluster)")
 	fs.StringVar(&caFile, "ca-bundle-file", "", "PEM CA bundle to put in the configurations (cert-manager or leaseguard's self-managed mode fill it otherwise)")
@@ -46,13 +47,16 @@ unreadable or invalid policy, --ca-bundle-file).`,
 	fs.Int32Var(&o.TimeoutSeconds, "timeout-seconds", 2, "webhook timeout (at most 3: lease clients renew with short timeouts)")
 	fs.BoolVar(&o.FailOpen, "fail-open", false, "failurePolicy Ignore everywhere: identity changes pass too while leaseguard is down (docs/security.md)")
 	coalesce.add(fs)
-	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
+	output.add(fs)
 	fs.BoolVar(&kustomizePatch, "kustomize-patch", false, "print strategic-merge patches for a kustomize overlay of config/default that swaps in this policy (config/e2e-policy is one)")
 	fs.BoolVar(&strict, "strict", false, "exit 1 when the rendering is broader than the policy anywhere")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if configPath == "" {
 			return Usage(errors.New("manifests needs --config"))
+		}
+		if err := output.check(); err != nil {
+			return err
 		}
 		if o.TimeoutSeconds < 1 || o.TimeoutSeconds > 3 {
 			return Usage(fmt.Errorf("--timeout-seconds %d: want 1 to 3 (docs/design.md §5)", o.TimeoutSeconds))
@@ -85,7 +89,7 @@ unreadable or invalid policy, --ca-bundle-file).`,
 		for _, n := range r.Notes {
 			fmt.Fprintln(cmd.ErrOrStderr(), "leaseguard: warning:", n)
 		}
-		if err := writeOutput(cmd, outPath, data); err != nil {
+		if err := writeOutput(cmd, output.file, data); err != nil {
 			return err
 		}
 		if strict && len(r.Notes) > 0 {

@@ -17,7 +17,8 @@ import (
 func NewVAPCommand() *cobra.Command {
 	o := vap.Defaults()
 	coalesce := NewCoalesceFlag(manifests.CoalesceOff, manifests.CoalesceInAPIServer, manifests.CoalesceOff)
-	var configPath, outPath string
+	var configPath string
+	var output yamlOutput
 	var strict bool
 	cmd := &cobra.Command{
 		Use:   "vap --config policy.yaml",
@@ -48,17 +49,20 @@ Exit status: 0 when rendered; 1 with --strict when anything is limited;
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&configPath, "config", "", "LeasePolicy file (required)")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "leaseguard's namespace: never selected, as by the webhooks")
+	fs.StringVar(&o.Namespace, "leaseguard-namespace", o.Namespace, "leaseguard's namespace: never selected, as by the webhooks")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "name prefix of the rendered objects")
 	coalesce.add(fs)
 	fs.BoolVar(&o.StaticMessages, "static-messages", false, "refuse with each rule's fixed message instead of the exact one: the same verdicts for about 40% less CEL per write (docs/vap.md)")
-	fs.StringVarP(&outPath, "output", "o", "", "write to this file instead of standard output")
+	output.add(fs)
 	fs.BoolVar(&strict, "strict", false, "exit 1 when the policies do not enforce everything the policy asks for")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if configPath == "" {
 			return Usage(errors.New("vap needs --config"))
+		}
+		if err := output.check(); err != nil {
+			return err
 		}
 		o.Coalescing = coalesce.Value() == manifests.CoalesceInAPIServer
 		p, _, err := policyfile.Load(configPath, policy.CompileOptions{OwnNamespace: o.Namespace})
@@ -79,7 +83,7 @@ Exit status: 0 when rendered; 1 with --strict when anything is limited;
 		for _, n := range r.Notes {
 			fmt.Fprintln(cmd.ErrOrStderr(), "leaseguard: warning:", n)
 		}
-		if err := writeOutput(cmd, outPath, data); err != nil {
+		if err := writeOutput(cmd, output.file, data); err != nil {
 			return err
 		}
 		if strict && len(r.Limits)+len(r.Notes) > 0 {

@@ -63,7 +63,7 @@ func TestVAPCommandNamesItsLimits(t *testing.T) {
 	}
 	whole := f.write("bound.yaml", boundOnly)
 	outPath := filepath.Join(f.dir, "vap.yaml")
-	stdout, stderr, code := runVAP(t, "--config", whole, "--strict", "-o", outPath)
+	stdout, stderr, code := runVAP(t, "--config", whole, "--strict", "--output-file", outPath)
 	if code != 0 || stdout != "" || strings.Contains(stderr, "warning") {
 		t.Fatalf("--strict on a policy enforced whole: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

@@ -20,7 +20,7 @@ import (
 const (
 	chartDir = root + "/charts/leaseguard"
 	// namespacePlaceholder is what `make chart` renders the webhook
-	// configurations with (leaseguard manifests --namespace); the chart
+	// configurations with (leaseguard manifests --leaseguard-namespace); the chart
 	// replaces it by the release namespace (templates/_helpers.tpl).
 	namespacePlaceholder = "zz-leaseguard-release-namespace"
 	// defaultPolicy is the chart's default policy: config/manager's.
@@ -29,7 +29,7 @@ const (
 
 var coalescingModes = []manifests.Coalescing{manifests.CoalesceInAPIServer, manifests.CoalesceInWebhook, manifests.CoalesceOff}
 
-// render is what `leaseguard manifests --config policyPath --namespace ns
+// render is what `leaseguard manifests --config policyPath --leaseguard-namespace ns
 // --coalesce c` writes.
 func render(t *testing.T, policyPath, ns string, c manifests.Coalescing) []byte {
 	t.Helper()
@@ -389,7 +389,7 @@ func admission(objs []object) map[string]object {
 }
 
 // In any namespace and mode, the chart's admission configuration is exactly
-// what `leaseguard manifests --namespace <release namespace> --coalesce
+// what `leaseguard manifests --leaseguard-namespace <release namespace> --coalesce
 // <mode>` renders, and nothing names another namespace: the namespace is
 // never hard-coded.
 func TestChartNamespaceIsTheReleaseNamespace(t *testing.T) {

@@ -25,7 +25,7 @@ app.kubernetes.io/component: webhook
 {{- end -}}
 
 {{/* The placeholder `make chart` renders the webhook configurations with
-(leaseguard manifests --namespace ...): replaced by the release namespace,
+(leaseguard manifests --leaseguard-namespace ...): replaced by the release namespace,
 which makes them exactly what the generator renders for that namespace. */}}
 {{- define "leaseguard.namespacePlaceholder" -}}
 zz-leaseguard-release-namespace
@@ -58,7 +58,7 @@ rendering `make chart` committed for the coalescing mode (leaseguard.coalescing)
 {{- .Values.webhookConfigurations -}}
 {{- else -}}
 {{- if and .Values.policy (ne (sha256sum .Values.policy) (sha256sum (.Files.Get "files/policy.yaml"))) -}}
-{{- fail "policy is not the chart's default policy, and webhookConfigurations is empty: the webhook configurations must select what the policy selects. Render them with `leaseguard manifests --config your-policy.yaml --namespace <release namespace> --coalesce <mode>` and pass the output: --set-file webhookConfigurations=webhooks.yaml (charts/leaseguard/README.md)" -}}
+{{- fail "policy is not the chart's default policy, and webhookConfigurations is empty: the webhook configurations must select what the policy selects. Render them with `leaseguard manifests --config your-policy.yaml --leaseguard-namespace <release namespace> --coalesce <mode>` and pass the output: --set-file webhookConfigurations=webhooks.yaml (charts/leaseguard/README.md)" -}}
 {{- end -}}
 {{- .Files.Get (printf "files/webhooks-coalesce-%s.yaml" (include "leaseguard.coalescing" .)) -}}
 {{- end -}}
