@@ -27,10 +27,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
@@ -124,7 +127,41 @@ var _ = BeforeSuite(func() {
 		}
 	}
 	grantLeaseAccess(ctx)
+	awaitCoalescingPolicy(ctx)
 })
+
+// awaitCoalescingPolicy waits until the API server can apply leaseguard's
+// MutatingAdmissionPolicy to a MultiClusterLease. The policy plugin learns a
+// custom resource's schema from the API server's OpenAPI, which it reads
+// every 5 s: until then, a write the policy mutates is answered 503
+// ("Resource kind ... not found. There can be a delay between when
+// CustomResourceDefinitions are created and when they are available") —
+// right after the CRD is installed, as on this suite's fresh control plane
+// (a busy machine made the first spec meet it once). It sends a
+// non-designated manager's renewal of a throw-away MultiClusterLease as a
+// server-side dry run (admission runs, nothing is stored) until no such 503
+// comes back.
+func awaitCoalescingPolicy(ctx context.Context) {
+	const name = "warm-up"
+	_, err := mcls(manager("team-a")).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": mclv1alpha1.Group + "/" + mclv1alpha1.Version,
+		"kind":       mclv1alpha1.Kind,
+		"metadata":   map[string]any{"name": name, "namespace": e2eNS},
+		"spec":       map[string]any{"holderIdentity": "cluster-e2e", "renewTime": micro(time.Now()), "leaseDurationSeconds": int64(15)},
+	}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	defer func() { _ = mcls(operators, operators).Delete(ctx, name, metav1.DeleteOptions{}) }()
+	Eventually(func() error {
+		patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))
+		_, err := mcls(manager("team-b")).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsServiceUnavailable(err) {
+			return err
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+}
 
 var _ = AfterSuite(func() {
 	ctx := context.Background()
