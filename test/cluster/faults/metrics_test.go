@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -177,8 +178,21 @@ func (c *cluster) checkWebhookHearsOnlyTheAPIServer(t *testing.T, s *scraper, pk
 			if tc.cert != nil {
 				cfg.Certificates = []tls.Certificate{*tc.cert}
 			}
+			addr := net.JoinHostPort(p.Status.PodIP, "9443")
+			if tc.wantErr != "" {
+				// With TLS 1.3 the client's handshake completes before the
+				// server checks its certificate; the server's refusal is
+				// the alert it then sends. Read it on a connection of our
+				// own: through net/http the request could meet the
+				// connection already closed instead ("use of closed
+				// network connection"), which says less.
+				if err := refusedHandshake(addr, cfg); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("pod %s, %s: error %v; want the handshake refused (%s)", p.Name, tc.what, err, tc.wantErr)
+				}
+				continue
+			}
 			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
-			resp, err := client.Post("https://"+p.Status.PodIP+":9443/validate-leases", "application/json", strings.NewReader(review))
+			resp, err := client.Post("https://"+addr+"/validate-leases", "application/json", strings.NewReader(review))
 			var body []byte
 			if err == nil {
 				body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
@@ -192,4 +206,23 @@ func (c *cluster) checkWebhookHearsOnlyTheAPIServer(t *testing.T, s *scraper, pk
 			}
 		}
 	}
+}
+
+// refusedHandshake sends a request over a TLS connection of its own and
+// returns the error reading the answer: the server's alert when it refuses
+// the client's certificate, nil when it answers.
+func refusedHandshake(addr string, cfg *tls.Config) error {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("POST /validate-leases HTTP/1.1\r\nHost: leaseguard\r\nContent-Length: 0\r\n\r\n")); err != nil {
+		return err
+	}
+	_, err = conn.Read(make([]byte, 1))
+	return err
 }
