@@ -18,6 +18,19 @@ FUZZTIME ?= 20s
 .PHONY: all
 all: build
 
+##@ General
+
+.PHONY: help
+# help lists the targets a user runs, by group (##@): 25 at most. The
+# stages and measurements behind them (marked "#:" instead of "##") run
+# the same way; docs/operations.md names them where it uses them.
+help: ## This list. `make help-all` adds the stages and measurements behind these.
+	@awk 'BEGIN {FS = ":.*?## "} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z0-9_-]+:.*?## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: help-all
+help-all: #: Every target, the stages and measurements too.
+	@awk 'BEGIN {FS = ":.*?#[#:] "} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z0-9_-]+:.*?#[#:] / {printf "  %-28s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
 ##@ Development
 
 .PHONY: build
@@ -25,11 +38,11 @@ build: ## Build bin/leaseguard: the production binary, as in the image (serve, c
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/leaseguard ./cmd/leaseguard
 
 .PHONY: build-plugin
-build-plugin: ## Build bin/kubectl-leaseguard, the kubectl plugin (kubectl leaseguard top, check, vap, manifests): put it on PATH.
+build-plugin: #: Build bin/kubectl-leaseguard, the kubectl plugin (kubectl leaseguard top, check, vap, manifests): put it on PATH.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/kubectl-leaseguard ./cmd/kubectl-leaseguard
 
 .PHONY: build-dev
-build-dev: ## Build bin/leaseguard-dev: leaseguard with the `dev` command (local control plane).
+build-dev: #: Build bin/leaseguard-dev: leaseguard with the `dev` command (local control plane).
 	CGO_ENABLED=0 go build -tags dev -trimpath -ldflags "$(LDFLAGS)" -o bin/leaseguard-dev ./cmd/leaseguard
 
 .PHONY: controlplane
@@ -54,7 +67,7 @@ run: controlplane build-dev ## Run leaseguard on a local control plane (leasegua
 	bin/leaseguard-dev dev --assets "$(KUBEBUILDER_ASSETS)"
 
 .PHONY: fmt-check
-fmt-check: ## Fail when gofmt would change a file.
+fmt-check: #: Fail when gofmt would change a file.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
@@ -68,12 +81,12 @@ MODULES := . test/perf test/multicluster test/cluster hack/image
 # each module's dependencies once, not once for the analysers and once for
 # the tests.
 .PHONY: vet
-vet: ## go vet every module, also the dev-tagged command.
+vet: #: go vet every module, also the dev-tagged command.
 	@for m in $(MODULES); do (cd $$m && go vet -race ./...) || exit 1; done
 	go vet -race -tags dev ./cmd/... ./internal/...
 
 .PHONY: compile
-compile: ## Compile every package the tests, vet and lint build, without running anything: every module under the race detector, the product also plain (its binaries, benchmarks). make test does this once before its tracks, which would otherwise compile the same packages side by side on a cold cache.
+compile: #: Compile every package the tests, vet and lint build, without running anything: every module under the race detector, the product also plain (its binaries, benchmarks). make test does this once before its tracks, which would otherwise compile the same packages side by side on a cold cache.
 	@for m in $(MODULES); do (cd $$m && go list -race -export -deps -test ./... >/dev/null) || exit 1; done
 	@go list -export -deps -test ./... >/dev/null
 	@go list -export -deps -tags dev ./cmd/... >/dev/null
@@ -91,7 +104,7 @@ lint: $(GOLANGCI_LINT) ## golangci-lint (version pinned in hack/tools/go.mod, co
 	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && GOFLAGS="$$GOFLAGS -race" $(CURDIR)/$(GOLANGCI_LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: check-tracked-files
-check-tracked-files: ## Fail when git tracks a binary or a file over 1 MiB.
+check-tracked-files: #: Fail when git tracks a binary or a file over 1 MiB.
 	hack/check-tracked-files.sh
 
 # `make test` never uses the caller's cluster: KUBECONFIG points at a server
@@ -117,7 +130,7 @@ test-unit: ## Unit tests only: every package that needs no control plane (intern
 	env $(TEST_ENV) go test -count=1 -run='^$$' -bench=. -benchtime=1x ./webhook/... ./internal/...
 
 .PHONY: test-perf
-test-perf: ## Tests of the measuring programs (test/perf).
+test-perf: #: Tests of the measuring programs (test/perf).
 	cd test/perf && $(GOTEST) ./...
 
 .PHONY: fuzz
@@ -127,14 +140,14 @@ fuzz: ## Fuzz the decode-and-decide path for FUZZTIME, from the committed seed c
 BENCHSTAT := cd hack/tools && go tool benchstat
 
 .PHONY: bench-apiserver
-bench-apiserver: controlplane ## Admission's cost on a Lease renewal through the real API server, setups side by side (docs/performance.md).
+bench-apiserver: controlplane #: Admission's cost on a Lease renewal through the real API server, setups side by side (docs/performance.md).
 	cd test/perf && go run ./benchapi --rounds $(BENCH_ROUNDS) --duration $(BENCH_DURATION)
 
 BENCH_ROUNDS ?= 5
 BENCH_DURATION ?= 10s
 
 .PHONY: bench-cel
-bench-cel: ## The CEL the generated configuration makes the API server evaluate per lease write (docs/performance.md).
+bench-cel: #: The CEL the generated configuration makes the API server evaluate per lease write (docs/performance.md).
 	cd test/perf && go test -run '^$$' -bench . -benchmem -count 5 ./celbench
 
 .PHONY: bench
@@ -177,7 +190,7 @@ docker-build: ## Build the image $(IMG) (needs a Docker engine; pulls the Go bas
 # here (as the Dockerfile builds it) and copied FROM scratch.
 IMAGE_CONTEXT := bin/image
 .PHONY: docker-build-offline
-docker-build-offline: ## Build the image $(IMG) from a binary built here, FROM scratch (Dockerfile.scratch; needs a Docker engine, no registry).
+docker-build-offline: #: Build the image $(IMG) from a binary built here, FROM scratch (Dockerfile.scratch; needs a Docker engine, no registry).
 	@rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
 	CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false -ldflags "-s -w -buildid= -X main.version=$(VERSION)" \
 		-o $(IMAGE_CONTEXT)/leaseguard ./cmd/leaseguard
@@ -221,14 +234,14 @@ image: $(IMAGE_BUILDER) $(addprefix image-binary-,$(subst /,-,$(IMAGE_PLATFORMS)
 		-oci-layout $(IMAGE_OUT)/oci -oci-archive $(IMAGE_OUT)/leaseguard-$(VERSION).oci.tar
 
 .PHONY: image-tar
-image-tar: $(IMAGE_BUILDER) ## The host platform's image as a `docker load` tarball dist/image/leaseguard-docker.tar, tagged $(IMAGE_TAR_TAG) (no Docker needed to build it).
+image-tar: $(IMAGE_BUILDER) #: The host platform's image as a `docker load` tarball dist/image/leaseguard-docker.tar, tagged $(IMAGE_TAR_TAG) (no Docker needed to build it).
 	$(call image-go-build,$(IMAGE_TAR_PLATFORM))
 	@mkdir -p $(IMAGE_OUT)
 	$(IMAGE_BUILDER) $(IMAGE_ARGS) -binary $(IMAGE_TAR_PLATFORM)=$(IMAGE_BIN_DIR)/$(subst /,-,$(IMAGE_TAR_PLATFORM))/leaseguard \
 		-docker-tar $(IMAGE_OUT)/leaseguard-docker.tar -tag $(IMAGE_TAR_TAG) -platform $(IMAGE_TAR_PLATFORM)
 
 .PHONY: test-image
-test-image: ## Tests of hack/image: two builds give the same digests, a changed input another, the image's contents (builds cmd/leaseguard twice for the host; for both platforms with IMAGE_TEST_CROSS=1).
+test-image: #: Tests of hack/image: two builds give the same digests, a changed input another, the image's contents (builds cmd/leaseguard twice for the host; for both platforms with IMAGE_TEST_CROSS=1).
 	cd hack/image && $(GOTEST) ./...
 
 .PHONY: deploy
@@ -261,34 +274,30 @@ test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KI
 	hack/kind/e2e.sh
 
 .PHONY: test-e2e-kind-down
-test-e2e-kind-down: ## Remove what a kind run left (the cluster, and the Docker engine hack/kind started with its host changes).
+test-e2e-kind-down: #: Remove what a kind run left (the cluster, and the Docker engine hack/kind started with its host changes).
 	hack/kind/e2e.sh down
 
 .PHONY: kind-node-image
-kind-node-image: ## Build the offline kind node image (hack/kind/node-image.sh) into the engine hack/kind/docker.sh starts or finds.
+kind-node-image: #: Build the offline kind node image (hack/kind/node-image.sh) into the engine hack/kind/docker.sh starts or finds.
 	hack/kind/docker.sh up && eval "$$(hack/kind/docker.sh env)" && hack/kind/node-image.sh
 
-##@ leaseguard top (docs/top.md)
+# leaseguard top (docs/top.md): measurements, listed by make help-all.
 
 .PHONY: bench-top
-bench-top: ## Benchmarks of leaseguard top's aggregation and informer path, and of the webhook's /debug/leases sketch.
+bench-top: #: Benchmarks of leaseguard top's aggregation and informer path, and of the webhook's /debug/leases sketch.
 	@mkdir -p bin
 	go test -run='^$$' -bench='Observe|Report|InformerEvent' -benchmem -count=10 ./internal/top/leasetraffic ./internal/top/leasewatch ./webhook/leasestats | tee bin/bench-top.txt
 	$(BENCHSTAT) -col /sink -filter '.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
 	$(BENCHSTAT) -filter '-.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
 
 .PHONY: top-load-synthetic
-top-load-synthetic: ## leaseguard top's client side at 10,000 leases every 2s from a synthetic source, beside a bare informer (about 7 minutes).
+top-load-synthetic: #: leaseguard top's client side at 10,000 leases every 2s from a synthetic source, beside a bare informer (about 7 minutes).
 	cd test/perf && go run ./topload --mode=synthetic
 
 TOP_LOAD_LEASES ?= 2000
 .PHONY: top-load-apiserver
-top-load-apiserver: controlplane ## The real `leaseguard top` binary against a real API server, TOP_LOAD_LEASES leases every 2s.
+top-load-apiserver: controlplane #: The real `leaseguard top` binary against a real API server, TOP_LOAD_LEASES leases every 2s.
 	cd test/perf && go run ./topload --mode=apiserver --leases=$(TOP_LOAD_LEASES) --writers=$$(( $(TOP_LOAD_LEASES) / 20 ))
-
-.PHONY: help
-help:
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "%-14s %s\n", $$1, $$2}'
 
 ##@ Multi-cluster
 
@@ -304,7 +313,7 @@ test-multicluster: controlplane ## Two clusters in namespace mode with Config Co
 	cd test/multicluster && $(GOTEST) -v -timeout 20m ./...
 
 .PHONY: measure-multicluster
-measure-multicluster: controlplane ## The multi-cluster suite without the race detector, its per-run summary table into bin/multicluster-writes.md (docs/multicluster.md).
+measure-multicluster: controlplane #: The multi-cluster suite without the race detector, its per-run summary table into bin/multicluster-writes.md (docs/multicluster.md).
 	@mkdir -p bin
 	cd test/multicluster && $(TEST_ENV) MULTICLUSTER_REPORT=$(CURDIR)/bin/multicluster-writes.md \
 		go test -count=1 -timeout 20m -v -run TestMultiCluster . -ginkgo.v
@@ -315,7 +324,7 @@ CURVE_ROUNDS ?= 2
 CURVE_WINDOW ?= 45s
 
 .PHONY: measure-multicluster-curve
-measure-multicluster-curve: controlplane ## Lease traffic against the number of managers per cluster, unguarded and as shipped, interleaved rounds: docs/multicluster-curve.md and .png (docs/multicluster.md).
+measure-multicluster-curve: controlplane #: Lease traffic against the number of managers per cluster, unguarded and as shipped, interleaved rounds: docs/multicluster-curve.md and .png (docs/multicluster.md).
 	cd test/multicluster && $(TEST_ENV) CURVE_MANAGERS=$(CURVE_MANAGERS) CURVE_ROUNDS=$(CURVE_ROUNDS) CURVE_WINDOW=$(CURVE_WINDOW) \
 		CURVE_REPORT=$(CURDIR)/docs/multicluster-curve.md CURVE_PLOT=$(CURDIR)/docs/multicluster-curve.png \
 		go test -count=1 -timeout 4h -v -run TestMultiCluster . -ginkgo.label-filter=curve -ginkgo.v
@@ -362,12 +371,12 @@ dashboard: $(DASHBOARD) ## Regenerate config/grafana/leaseguard.json (and the ch
 	cp config/grafana/leaseguard.json $(CHART)/files/dashboard.json
 
 .PHONY: dashboard-png
-dashboard-png: controlplane ## Render docs/dashboard.png: every panel's query over a real 3-minute run (test/perf/dashshot; Prometheus's engine, gonum/plot).
+dashboard-png: controlplane #: Render docs/dashboard.png: every panel's query over a real 3-minute run (test/perf/dashshot; Prometheus's engine, gonum/plot).
 	cd test/perf && go run ./dashshot -o ../../docs/dashboard.png
 
 .PHONY: helm promtool
-helm: $(HELM) ## Build bin/helm (version pinned in hack/helm/go.mod).
-promtool: $(PROMTOOL) $(PROMRULES) ## Build bin/promtool and bin/promrules (version pinned in hack/promtool/go.mod).
+helm: $(HELM) #: Build bin/helm (version pinned in hack/helm/go.mod).
+promtool: $(PROMTOOL) $(PROMRULES) #: Build bin/promtool and bin/promrules (version pinned in hack/promtool/go.mod).
 
 CHART := charts/leaseguard
 # The namespace the chart's webhook configurations are rendered with; the

@@ -8,50 +8,58 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/leaseguard/leaseguard/internal/namedwatch"
 )
 
 // caKey is where cert-manager's dynamic authority keeps the CA certificate.
 const caKey = "ca.crt"
 
 // bundleKeeper copies the CA of the authority's Secret into the caBundle of
-// leaseguard's webhook configurations: on every CA rotation and, to repair
-// anything else that changed them, once a minute.
+// leaseguard's webhook configurations. It watches the Secret and both
+// configurations (internal/namedwatch), so a CA rotation, and an apply that
+// resets a caBundle (an install re-applied, a helm upgrade), are followed
+// within seconds; before, a poll once a minute left the API server unable
+// to call the webhooks for up to a minute.
 type bundleKeeper struct {
 	client                kubernetes.Interface
+	config                *rest.Config
 	namespace, secretName string
 	validating, mutating  string
 	log                   logr.Logger
 }
 
-func (k *bundleKeeper) run(ctx context.Context, rotated <-chan struct{}) error {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	retryFast := time.NewTicker(2 * time.Second)
-	defer retryFast.Stop()
-	synced := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-rotated:
-			synced = false
-		case <-t.C:
-			synced = false
-		case <-retryFast.C:
-		}
-		if synced {
-			continue
-		}
-		if err := k.sync(ctx); err != nil {
-			k.log.Error(err, "updating the webhook configurations' caBundle; retrying")
-			continue
-		}
-		synced = true
+// bundleResync is how often the keeper looks without a watch event: a
+// safety net only.
+const bundleResync = 10 * time.Minute
+
+func (k *bundleKeeper) run(ctx context.Context) error {
+	kind := func(k string) schema.GroupVersionKind {
+		return admissionregistrationv1.SchemeGroupVersion.WithKind(k)
 	}
+	objects := []namedwatch.Object{{Kind: corev1.SchemeGroupVersion.WithKind("Secret"), Namespace: k.namespace, Name: k.secretName}}
+	if k.validating != "" {
+		objects = append(objects, namedwatch.Object{Kind: kind("ValidatingWebhookConfiguration"), Name: k.validating})
+	}
+	if k.mutating != "" {
+		objects = append(objects, namedwatch.Object{Kind: kind("MutatingWebhookConfiguration"), Name: k.mutating})
+	}
+	return namedwatch.Run(ctx, namedwatch.Options{
+		Name: "cabundle", Config: k.config, Objects: objects, Log: k.log,
+		Reconcile: func(ctx context.Context) (time.Duration, error) {
+			if err := k.sync(ctx); err != nil {
+				return 0, fmt.Errorf("updating the webhook configurations' caBundle: %w", err)
+			}
+			return bundleResync, nil
+		},
+	})
 }
 
 // sync sets the caBundle of every webhook of both configurations to the

@@ -96,20 +96,18 @@ func (s *SelfManaged) Start(ctx context.Context) error {
 	ctx = logr.NewContext(ctx, s.Log)
 	keeper := &bundleKeeper{
 		client:     cs,
+		config:     s.Config,
 		namespace:  s.Namespace,
 		secretName: s.SecretName,
 		validating: s.ValidatingWebhook,
 		mutating:   s.MutatingWebhook,
 		log:        s.Log.WithName("cabundle"),
 	}
-	rotated := make(chan struct{}, 1)
-	s.authority.WatchRotation(rotated)
-	defer s.authority.StopWatchingRotation(rotated)
 	g, ctx := errgroup.WithContext(ctx)
 	// The source runs the authority itself (cert-manager's DynamicSource.Start
 	// calls Authority.Run): starting it here too would run two Secret
 	// informers and race on the authority's fields.
 	g.Go(func() error { return s.source.Start(ctx) })
-	g.Go(func() error { return keeper.run(ctx, rotated) })
+	g.Go(func() error { return keeper.run(ctx) })
 	return g.Wait()
 }

@@ -26,8 +26,8 @@ import (
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/config"
+	"github.com/leaseguard/leaseguard/internal/controlplane"
 	"github.com/leaseguard/leaseguard/internal/devexamples"
-	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/server"
 )
@@ -119,7 +119,7 @@ an admin kubeconfig and runs until interrupted, then removes what it started.`,
 				Log: log, Ready: func() { close(ready) },
 				// Edits of the policy file re-render the webhook
 				// configurations, as in a cluster.
-				ManageConfiguration: &server.ManageConfiguration{Client: client, Prefix: manifests.Defaults().Prefix},
+				ManageConfiguration: &server.ManageConfiguration{Client: client, Config: cp.Config, Prefix: manifests.Defaults().Prefix},
 			})
 		}()
 		select {

@@ -53,7 +53,7 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	fs.StringVar(&self.ValidatingWebhook, "validating-webhook-configuration", "leaseguard-validating-webhook-configuration", "leaseguard's validating webhook configuration: the one whose caBundle (self-managed) and webhooks (--manage-webhook-configurations) are kept current; its name gives the mutating configuration's and the coalescing policy's prefix")
 	fs.StringVar(&self.MutatingWebhook, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
 	fs.BoolVar(&manageConfig, "manage-webhook-configurations", false, "keep the webhooks of leaseguard's configurations (and its coalescing policy) the rendering of the policy in force, on every reload (needs get and update on them; docs/design.md §5)")
-	fs.DurationVar(&resync, "webhook-configurations-resync", time.Minute, "--manage-webhook-configurations: how often a configuration rendered from the policy in force is checked for edits by others")
+	fs.DurationVar(&resync, "webhook-configurations-resync", time.Minute, "--manage-webhook-configurations: how often the configuration is checked for edits by others without a watch event (a safety net: each object is watched), and how long an edit that names another policy is left for a replica holding that policy")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed, --manage-webhook-configurations and --metrics-secure: kubeconfig (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
 	fs.DurationVar(&self.LeafDuration, "leaf-duration", 7*24*time.Hour, "self-managed: lifetime of the serving certificate (renewed at two thirds)")
 	fs.DurationVar(&self.CADuration, "ca-duration", 365*24*time.Hour, "self-managed: lifetime of the CA (longer than --leaf-duration)")
@@ -80,7 +80,7 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 			if err != nil {
 				return err
 			}
-			o.ManageConfiguration = &server.ManageConfiguration{Client: client, Prefix: prefix, Resync: resync}
+			o.ManageConfiguration = &server.ManageConfiguration{Client: client, Config: cfg, Prefix: prefix, Resync: resync}
 		}
 		switch certMode {
 		case "cert-manager", "files":

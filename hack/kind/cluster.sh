@@ -86,6 +86,14 @@ config() {
 		apiVersion: kind.x-k8s.io/v1alpha4
 		networking:
 		  disableDefaultCNI: $offline
+		# kube-controller-manager and kube-scheduler elect through
+		# LeaseCandidates and the API server's election controller (KEP-4355,
+		# beta and off by default): the faults show leaseguard never delays or
+		# refuses their elections (docs/reliability.md).
+		featureGates:
+		  CoordinatedLeaderElection: true
+		runtimeConfig:
+		  coordination.k8s.io/v1beta1: "true"
 		nodes:
 		- role: control-plane
 		  extraMounts:

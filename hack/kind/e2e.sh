@@ -124,7 +124,9 @@ chart_args=("$kind_root/charts/leaseguard" -n leaseguard-system
 	--set certificates.mode=selfManaged --set image.repository=leaseguard --set image.tag=e2e
 	--set-file "policy=$kind_root/config/e2e-policy/policy.yaml" --set-file "webhookConfigurations=$chart_dir/webhooks.yaml"
 	--set-file "apiServerAuthentication.clientCA=$KIND_STATE/admission/ca.crt" --set "apiServerAuthentication.clientNames={kube-apiserver-admission}")
-cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KUBECONFIG="$KIND_KUBECONFIG" CLUSTER_PKI="$KIND_STATE/admission"
+# The namespace-mode workload's image (build_kcc_image).
+kcc_image=kcc-workload:e2e
+cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KCC_IMAGE="$kcc_image" CLUSTER_COORDINATED_ELECTION=1 CLUSTER_KUBECONFIG="$KIND_KUBECONFIG" CLUSTER_PKI="$KIND_STATE/admission"
 	CLUSTER_RESTART_APISERVER="$kind_root/hack/kind/cluster.sh restart-apiserver" CLUSTER_NODE_FAULT="$kind_root/hack/kind/cluster.sh"
 	KUBECTL="$KUBECTL")
 
@@ -223,6 +225,15 @@ cert_manager_overlay() {
 	done
 }
 
+# load_images: leaseguard:e2e into the nodes, and the same image as
+# leaseguard:e2e-next, the "new image" the faults' helm upgrade rolls to
+# (CLUSTER_NEXT_IMAGE_TAG): a new tag is what an upgrade changes in the
+# Deployment, whatever the image holds.
+load_images() {
+	docker tag leaseguard:e2e leaseguard:e2e-next || return 1
+	"$kind_bin" load docker-image leaseguard:e2e leaseguard:e2e-next --name "$KIND_CLUSTER"
+}
+
 # build_image: leaseguard:e2e as the project ships it: `make image-tar`
 # (hack/image: no Dockerfile, no engine, nothing pulled; the host
 # platform's image of `make image`'s index), loaded into the engine for
@@ -234,6 +245,20 @@ build_image() {
 	docker load -i dist/image/leaseguard-docker.tar
 }
 
+# build_kcc_image: kcc-workload:e2e, the namespace-mode workload on the
+# real lock (test/multicluster/cmd/kcc: the managers, the MultiClusterLease
+# controller, the GCS emulator) as one static binary in one layer, as the
+# node image's own images are made; nothing pulled.
+build_kcc_image() {
+	local dir=$KIND_STATE/kcc-image
+	rm -rf "$dir" && mkdir -p "$dir" || return 1
+	CGO_ENABLED=0 go -C test/multicluster build -trimpath -ldflags "-s -w" -o "$dir/kcc" ./cmd/kcc || return 1
+	docker image rm "$kcc_image" >/dev/null 2>&1
+	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c kcc |
+		docker import --change 'ENTRYPOINT ["/kcc"]' --change 'USER 65532:65532' - "$kcc_image" >/dev/null || return 1
+	"$kind_bin" load docker-image "$kcc_image" --name "$KIND_CLUSTER"
+}
+
 run_stages() {
 	# The harness's own tests first (the fault report's classification, the
 	# target's environment); the cluster tests themselves skip there and run below.
@@ -243,17 +268,23 @@ run_stages() {
 	eval "$(hack/kind/docker.sh env)"
 	stage cluster-up hack/kind/cluster.sh up || return 1
 	stage image build_image || return 1
-	stage image-load "$kind_bin" load docker-image leaseguard:e2e --name "$KIND_CLUSTER" || return 1
+	stage image-load load_images || return 1
 	stage helm-build make --no-print-directory helm || return 1
 	[ -n "${KIND_CERT_MANAGER_MANIFEST:-}" ] || { stage cert-manager-crds cert_manager_crds || return 1; }
 	stage multiclusterlease-crd multiclusterlease_crd || return 1
 	stage deploy helm_install || return 1
 	stage e2e e2e_suite || return 1
+	# Config Connector's namespace mode on the real lock, as Pods, beside the
+	# same workload unguarded.
+	stage kcc-image build_kcc_image || return 1
+	stage namespace-mode env -C test/cluster "${cluster_env[@]}" CLUSTER_KCC_KEEP=1 NAMESPACEMODE_REPORT="$kind_root/bin/kind/namespacemode-report.md" \
+		go test -count=1 -race -timeout 10m -v ./namespacemode/ || return 1
 	# The fault tests under real lease traffic, then what operators do next:
 	# helm upgrade (an edited policy, 3 replicas) and helm uninstall, which
 	# must leave nothing that holds up a write.
-	stage faults env -C test/cluster "${cluster_env[@]}" FAULTS_REPORT="$report" \
-		go test -count=1 -race -timeout 15m -v ./faults/ || return 1
+	stage faults env -C test/cluster "${cluster_env[@]}" FAULTS_REPORT="$report" HELM="$kind_root/bin/helm" \
+		LEASEGUARD_CHART_ARGS="${chart_args[*]}" CLUSTER_NEXT_IMAGE_TAG=e2e-next \
+		go test -count=1 -race -timeout 20m -v ./faults/ || return 1
 	stage helm-upgrade-uninstall env -C test/cluster "${cluster_env[@]}" HELM="$kind_root/bin/helm" \
 		LEASEGUARD_CHART_ARGS="${chart_args[*]}" go test -count=1 -race -timeout 10m -v ./chartinstall/ || return 1
 	# Then the kustomize install with cert-manager (config/e2e), and the

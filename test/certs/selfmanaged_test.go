@@ -76,6 +76,21 @@ func TestSelfManagedCertificates(t *testing.T) {
 	i := 0
 	write := func() error { i++; return intruderWrite(ctx, cp.Config, fmt.Sprintf("self-%d", i)) }
 	eventually(t, 30*time.Second, "the API server to reach leaseguard", write)
+
+	// An apply that resets the caBundles (the install re-applied, a helm
+	// upgrade) is followed within seconds, twice in a row: the keeper
+	// watches both configurations. It used to poll once a minute, and
+	// meanwhile the API server could not call the webhooks.
+	for i := range 2 {
+		// As applying the install's manifests over them does: every
+		// webhook's caBundle empty.
+		if err := controlplane.SetCABundle(ctx, cp.Config, nil); err != nil {
+			t.Fatal(err)
+		}
+		cleared := time.Now()
+		eventually(t, 10*time.Second, fmt.Sprintf("the caBundles cleared by an apply (%d) to be restored", i+1), caBundleMatches)
+		t.Logf("caBundles restored %v after apply %d", time.Since(cleared).Round(10*time.Millisecond), i+1)
+	}
 	first, err := secrets.Get(ctx, "leaseguard-ca", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -111,7 +111,7 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(err).To(MatchError(ContainSubstring(failed)))
 			expectUnchanged(ctx, current)
 
-			By("every manager renews the shared MultiClusterLease; a renewal far ahead, designation changes, finalizers and status are refused")
+			By("every manager renews the shared MultiClusterLease; a renewal far ahead, designation changes, finalizers and a manager's status write are refused")
 			shared := mcls(manager(outageTeam))
 			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, micro(time.Now()))
 			sharedRenewed, err := shared.Patch(ctx, outageMCL, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
@@ -137,11 +137,23 @@ var _ = Describe("when leaseguard is down or hung", Ordered, func() {
 			Expect(err).To(MatchError(ContainSubstring(failed)))
 			forged := before.DeepCopy()
 			Expect(unstructured.SetNestedField(forged.Object, "cluster-evil", "status", "globalHolderIdentity")).To(Succeed())
-			_, err = mcls(mclCtrl).UpdateStatus(ctx, forged, metav1.UpdateOptions{})
-			Expect(err).To(MatchError(ContainSubstring(failed)))
+			_, err = mcls(manager(outageTeam)).UpdateStatus(ctx, forged, metav1.UpdateOptions{})
+			Expect(err).To(MatchError(ContainSubstring(failed)), "a manager's status write")
 			after, err := shared.Get(ctx, outageMCL, metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(after.GetResourceVersion()).To(Equal(before.GetResourceVersion()), "nothing but renewals was stored")
+
+			By("the status writer's status write flows: every manager's lock polls the status after each renewal")
+			// The policy admits a status writer's status write whatever it
+			// writes (I8 asks who); refused while leaseguard is down, the
+			// controller could not confirm any renewal and every manager
+			// would lose its leadership (the kind stage's namespace-mode
+			// workload found it: all 10 exited).
+			observed := after.DeepCopy()
+			Expect(unstructured.SetNestedField(observed.Object, after.GetGeneration(), "status", "observedGeneration")).To(Succeed())
+			confirmed, err := mcls(mclCtrl).UpdateStatus(ctx, observed, metav1.UpdateOptions{})
+			Expect(err).NotTo(HaveOccurred(), "the status writer's status write while leaseguard is %s", fault)
+			Expect(confirmed.Object["status"]).To(HaveKeyWithValue("observedGeneration", after.GetGeneration()))
 		})
 	}
 

@@ -157,7 +157,10 @@ func topEscapesClientWrittenStrings(t *testing.T, admin string, adminConfig, wri
 
 	// Every output at once, each watching the same writes.
 	onces := map[string]*topRun{}
-	for _, o := range []string{"table", "wide", "json", "yaml"} {
+	for _, o := range []string{"table", "wide", "json", "yaml",
+		// kubectl's template printers (cli-runtime's PrintFlags).
+		`jsonpath={range .leases[?(@.namespace=="` + hostileNS + `")]}{.holder}{"\n"}{end}`,
+		`go-template={{range .leases}}{{if eq .namespace "` + hostileNS + `"}}{{.holder}}{{"\n"}}{{end}}{{end}}`} {
 		onces[o] = startTop(t, admin, "-A", "--once", "--window", "6s", "-o", o)
 	}
 	live := startLiveTop(t, admin, 200, 60)
@@ -227,6 +230,17 @@ func topEscapesClientWrittenStrings(t *testing.T, admin string, adminConfig, wri
 	}
 	if want := `holder: "\e]0;pwned\e\\\e[2J\e]52;c;cHduZWQ=\a\x9B2J` + "\uFFFD" + `2J\u202eredloh"`; !strings.Contains(outputs["yaml"], want) {
 		t.Errorf("-o yaml lacks %s:\n%s", want, outputs["yaml"])
+	}
+
+	// Templates print the values as the table shows them (the raw byte is
+	// U+FFFD: the template's data is the report's JSON).
+	for o, out := range outputs {
+		if kind, _, _ := strings.Cut(o, "="); kind == "jsonpath" || kind == "go-template" {
+			// startTop's output is stdout, then top's stderr lines.
+			if want := policy.Escape(strings.ToValidUTF8(hostileHolder, "\uFFFD")) + "\nleaseguard top: "; !strings.HasPrefix(out, want) {
+				t.Errorf("-o %s printed %q, want the holder escaped as the table shows it, on a line of its own: %q", kind, out, want)
+			}
+		}
 	}
 
 	// The live view, as the operator sees it on a terminal: narrow, then

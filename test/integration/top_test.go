@@ -415,8 +415,36 @@ func TestTopPolicyProjectionMatchesTheWebhook(t *testing.T) {
 			projected[o.Rule+" "+o.Verdict+" "+o.Invariant] += float64(o.Writes)
 		}
 	}
-	if fmt.Sprint(sorted(projected)) != fmt.Sprint(sorted(webhook)) {
-		t.Errorf("top projected (rule verdict invariant: writes)\n  %v\nthe webhook decided\n  %v", sorted(projected), sorted(webhook))
+	var stored float64
+	for _, key := range []string{"leader-a", "leader-b", "kcc-leader", "shared"} {
+		n, _ := tr.between(topProjNS+"/"+key, time.Time{}, time.Now())
+		stored += float64(n)
+	}
+	// Every stored write was decided at least once; the API server may
+	// decide one more than once (it calls a webhook again after a
+	// connection reset, and admits an update again after a storage
+	// conflict), which no projection from stored writes can see: seen
+	// once in a clean-clone run, one allow more for the shared lease. So
+	// the projection must account for every stored write, and may fall
+	// short of the webhook only by such repeats: never project a write
+	// under a verdict the webhook did not give it that often.
+	var projectedTotal, decidedTotal float64
+	for _, v := range projected {
+		projectedTotal += v
+	}
+	for _, v := range webhook {
+		decidedTotal += v
+	}
+	repeats := decidedTotal - stored
+	overshoot := false
+	for k, v := range projected {
+		overshoot = overshoot || v > webhook[k]
+	}
+	if overshoot || projectedTotal != stored || repeats < 0 || repeats > 2 {
+		t.Errorf("top projected (rule verdict invariant: writes)\n  %v\nthe webhook decided\n  %v\n(%v writes stored: %v decided again by the API server's repeats)",
+			sorted(projected), sorted(webhook), stored, repeats)
+	} else if repeats > 0 {
+		t.Logf("the API server had %v of the %v stored writes decided again: top projected %v, the webhook decided %v", repeats, stored, sorted(projected), sorted(webhook))
 	}
 	// The MultiClusterLeases' renewals are shared renewals, which the rate
 	// limit does not judge (docs/design.md §4): allowed, and projected so.

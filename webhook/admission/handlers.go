@@ -21,7 +21,8 @@ const (
 	// RenewalsPath serves the fail-open webhook, which the API server calls
 	// for every UPDATE that changes something; it decides those the
 	// fail-closed webhook does not (policy.FailClosed): the rightful
-	// renewers' renewals and metadata writes.
+	// renewers' renewals, metadata writes, and status writers' status
+	// writes (policy.StatusWriterStatusWrite).
 	RenewalsPath = "/validate-renewals"
 	MutatePath   = "/mutate-leases"
 )

@@ -267,6 +267,16 @@ func FillBound(lits []string, caps int, capture string) string {
 // an error.
 func Spec(obj, field string) string { return obj + ".?spec.?" + field }
 
+// TimeSet renders "obj's spec.field holds a time": present and not null. A
+// Lease's times are MicroTimes, which client-go writes as null when zero
+// (its coordinated elector renews a lease the API server's election
+// controller handed over without an acquireTime), and the API server
+// stores and hands CEL that null: present, so has() and the optional
+// field's hasValue() are true, and timestamp() of it fails the policy.
+func TimeSet(obj, field string) string {
+	return "(" + Spec(obj, field) + ".hasValue() && dyn(" + obj + ".spec." + field + ") != null)"
+}
+
 func Annotation(obj, key string) string {
 	return obj + ".metadata.?annotations[?" + Quote(key) + "]"
 }
@@ -325,7 +335,7 @@ func OnlyRenewTimeMoves(res policy.Resource) string {
 		"request.?subResource.orValue('') == ''",
 		"request.resource.resource == " + Quote(string(res)),
 		Spec("oldObject", "holderIdentity") + ".orValue('') != ''",
-		Spec("oldObject", "renewTime") + ".hasValue()", Spec("object", "renewTime") + ".hasValue()",
+		TimeSet("oldObject", "renewTime"), TimeSet("object", "renewTime"),
 	}
 	for _, f := range LeaseFields(res) {
 		parts = append(parts, Spec("object", f)+" == "+Spec("oldObject", f))

@@ -43,9 +43,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/leaseguard/leaseguard/internal/namedwatch"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -80,7 +83,14 @@ const DefaultStaleAfter = 3 * time.Minute
 
 // validatingSuffix is what names the validating configuration after the
 // prefix (manifests.Options.Prefix).
-const validatingSuffix = "-validating-webhook-configuration"
+// The names of the other objects the install created, after the prefix
+// (manifests renders them so).
+const (
+	validatingSuffix = "-validating-webhook-configuration"
+	mutatingSuffix   = "-mutating-webhook-configuration"
+	renewalsSuffix   = "-renewals"
+	coalescingSuffix = "-coalesce-renewals"
+)
 
 // Policies is where the policy in force comes from (policyfile.Store).
 type Policies interface {
@@ -100,6 +110,8 @@ type Recorder interface {
 // the policy in force.
 type Syncer struct {
 	Client kubernetes.Interface
+	// Config reaches the same API server as Client, for the watches.
+	Config *rest.Config
 	// Prefix names the objects as manifests.Options.Prefix does.
 	Prefix string
 	// Namespace is leaseguard's own namespace, never intercepted.
@@ -108,8 +120,9 @@ type Syncer struct {
 	Recorder  Recorder
 	Log       logr.Logger
 	// Resync is how often a configuration already rendered from the policy
-	// in force is checked for drift (someone edited it); one minute when
-	// zero.
+	// in force is checked for drift without a watch event (a safety net),
+	// and how long an edit that names another policy is left for a replica
+	// holding that policy; one minute when zero.
 	Resync time.Duration
 	// StaleAfter is how long a configuration sealed as another policy's
 	// rendering is left alone before it is reported out of sync
@@ -127,6 +140,9 @@ type Syncer struct {
 	bypassReason              string
 	// limitsNoted is the policy whose broader rendering was last logged.
 	limitsNoted string
+	// written is the policy the last sync that was not bypassed rendered
+	// (or stood by): until it is the policy in force, syncs are forced.
+	written string
 }
 
 // Outcome is what one sync found and did.
@@ -139,6 +155,8 @@ type Outcome struct {
 	Bypassed bool
 	// Updated objects, Repaired of them undoing someone else's edit.
 	Updated, Repaired int
+	// policy is the SHA-256 of the policy the sync judged by.
+	policy string
 }
 
 // PrefixOf returns the prefix of a validating configuration's name, or an
@@ -151,40 +169,55 @@ func PrefixOf(validatingName string) (string, error) {
 	return prefix, nil
 }
 
-// Run syncs at once, on every policy change and at every resync, until ctx
-// ends. A replica writes on its start and when it swaps a policy in. At a
-// resync it repairs its own rendering, and an edited configuration (its
-// seal broken) at once when it names this replica's policy or none, else
-// one resync later, so that a replica holding the policy it names repairs
-// it first. It leaves alone a configuration sealed as the rendering of
-// another policy: while a ConfigMap edit reaches replicas at different
-// times, a replica still holding the old policy does not undo the new
-// rendering; after StaleAfter it reports it. While the validating
-// configuration carries BypassAnnotation nothing is written, and a write a
-// policy change asked for waits until the bypass is lifted.
+// Run syncs at once, on every policy change, whenever one of the objects
+// it keeps changes (a watch on each, by name: internal/namedwatch), and at
+// every resync, until ctx ends. A replica writes on its start and when it
+// swaps a policy in. Otherwise it repairs its own rendering, and an edited
+// configuration (its seal broken) at once when it names this replica's
+// policy or none, else one resync later, so that a replica holding the
+// policy it names repairs it first. It leaves alone a configuration sealed
+// as the rendering of another policy: while a ConfigMap edit reaches
+// replicas at different times, a replica still holding the old policy does
+// not undo the new rendering; after StaleAfter it reports it. While the
+// validating configuration carries BypassAnnotation nothing is written,
+// and a write a policy change asked for waits until the bypass is lifted.
+// A failed sync is retried with back-off (1 s doubling to 1 min).
 func (s *Syncer) Run(ctx context.Context) error {
-	force := true
-	for {
-		changed := s.Policies.Changed()
-		out, err := s.sync(ctx, force)
-		wait := s.resync()
-		if err != nil {
-			s.Log.Error(err, "keeping the webhook configurations equal to the policy; retrying")
-			s.Recorder.AdmissionConfigurationSync(false, s.bypassed, out.Updated, out.Repaired)
-			// Keep the pending forced write; retry sooner.
-			wait = 5 * time.Second
-		} else {
-			s.Recorder.AdmissionConfigurationSync(out.InSync, out.Bypassed, out.Updated, out.Repaired)
-			force = force && out.Bypassed
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-			force = true
-		case <-time.After(wait):
-		}
+	kind := func(k string) schema.GroupVersionKind {
+		return admissionregistrationv1.SchemeGroupVersion.WithKind(k)
 	}
+	return namedwatch.Run(ctx, namedwatch.Options{
+		Name:   "admission-configuration",
+		Config: s.Config,
+		Objects: []namedwatch.Object{
+			{Kind: kind("ValidatingWebhookConfiguration"), Name: s.Prefix + validatingSuffix},
+			{Kind: kind("MutatingWebhookConfiguration"), Name: s.Prefix + mutatingSuffix},
+			{Kind: kind("ValidatingAdmissionPolicy"), Name: s.Prefix + renewalsSuffix},
+			{Kind: kind("ValidatingAdmissionPolicyBinding"), Name: s.Prefix + renewalsSuffix},
+			{Kind: kind("MutatingAdmissionPolicy"), Name: s.Prefix + coalescingSuffix},
+			{Kind: kind("MutatingAdmissionPolicyBinding"), Name: s.Prefix + coalescingSuffix},
+		},
+		Changed:   s.Policies.Changed,
+		Reconcile: s.reconcile,
+		Log:       s.Log,
+	})
+}
+
+// reconcile is one sync: forced when the policy in force is not the one
+// last written (at start, after a policy change, and while a bypass held a
+// policy change back).
+func (s *Syncer) reconcile(ctx context.Context) (time.Duration, error) {
+	_, sha := s.Policies.InForce()
+	out, err := s.sync(ctx, sha != s.written)
+	if err != nil {
+		s.Recorder.AdmissionConfigurationSync(false, s.bypassed, out.Updated, out.Repaired)
+		return 0, fmt.Errorf("keeping the webhook configurations equal to the policy: %w", err)
+	}
+	s.Recorder.AdmissionConfigurationSync(out.InSync, out.Bypassed, out.Updated, out.Repaired)
+	if !out.Bypassed {
+		s.written = out.policy
+	}
+	return s.resync(), nil
 }
 
 func (s *Syncer) resync() time.Duration {
@@ -218,11 +251,11 @@ var errNotInstalled = errors.New("not installed")
 func (s *Syncer) sync(ctx context.Context, force bool) (Outcome, error) {
 	p, sha := s.Policies.InForce()
 	api := s.Client.AdmissionregistrationV1()
-	var out Outcome
+	out := Outcome{policy: sha}
 	var notInstalled []string
 	rendered := false
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		out, notInstalled, rendered = Outcome{}, nil, false
+		out, notInstalled, rendered = Outcome{policy: sha}, nil, false
 		live, err := api.ValidatingWebhookConfigurations().Get(ctx, s.Prefix+validatingSuffix, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("validatingwebhookconfiguration %s%s: %w", s.Prefix, validatingSuffix, err)
@@ -271,7 +304,7 @@ func (s *Syncer) sync(ctx context.Context, force bool) (Outcome, error) {
 		w, err := s.syncRenewals(ctx, want)
 		count(w)
 		if errors.Is(err, errNotInstalled) {
-			notInstalled = append(notInstalled, "validatingadmissionpolicy "+s.Prefix+"-renewals")
+			notInstalled = append(notInstalled, "validatingadmissionpolicy "+s.Prefix+renewalsSuffix)
 		} else if err != nil {
 			return err
 		}
@@ -282,7 +315,7 @@ func (s *Syncer) sync(ctx context.Context, force bool) (Outcome, error) {
 		count(w)
 		w, err = s.syncMutating(ctx, live, want.Mutating, sha)
 		if errors.Is(err, errNotInstalled) {
-			notInstalled = append(notInstalled, "mutatingwebhookconfiguration "+s.Prefix+"-mutating-webhook-configuration")
+			notInstalled = append(notInstalled, "mutatingwebhookconfiguration "+s.Prefix+mutatingSuffix)
 		} else if err != nil {
 			return err
 		}
@@ -290,7 +323,7 @@ func (s *Syncer) sync(ctx context.Context, force bool) (Outcome, error) {
 		w, err = s.syncCoalescing(ctx, want)
 		count(w)
 		if errors.Is(err, errNotInstalled) {
-			notInstalled = append(notInstalled, "mutatingadmissionpolicy "+s.Prefix+"-coalesce-renewals")
+			notInstalled = append(notInstalled, "mutatingadmissionpolicy "+s.Prefix+coalescingSuffix)
 		} else if err != nil {
 			return err
 		}
@@ -424,7 +457,7 @@ func (s *Syncer) syncValidating(ctx context.Context, live, want *admissionregist
 // validating configuration's are.
 func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistrationv1.ValidatingWebhookConfiguration, want *admissionregistrationv1.MutatingWebhookConfiguration, sha string) (writes, error) {
 	api := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	name := s.Prefix + "-mutating-webhook-configuration"
+	name := s.Prefix + mutatingSuffix
 	live, err := api.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if want == nil {
@@ -467,7 +500,7 @@ func (s *Syncer) syncMutating(ctx context.Context, validating *admissionregistra
 // coalesces, deleted when it no longer does.
 func (s *Syncer) syncCoalescing(ctx context.Context, want *manifests.Rendered) (writes, error) {
 	api := s.Client.AdmissionregistrationV1()
-	return syncPolicyPair(ctx, s, s.Prefix+"-coalesce-renewals", policyPair[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding]{
+	return syncPolicyPair(ctx, s, s.Prefix+coalescingSuffix, policyPair[*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding]{
 		kind: "mutatingadmissionpolicy", why: "the policy no longer coalesces renewals",
 		getPolicy: func(ctx context.Context, n string) (*admissionregistrationv1.MutatingAdmissionPolicy, error) {
 			return api.MutatingAdmissionPolicies().Get(ctx, n, metav1.GetOptions{})
@@ -514,7 +547,7 @@ func (s *Syncer) syncCoalescing(ctx context.Context, want *manifests.Rendered) (
 // twice, alike, never by neither.
 func (s *Syncer) syncRenewals(ctx context.Context, want *manifests.Rendered) (writes, error) {
 	api := s.Client.AdmissionregistrationV1()
-	return syncPolicyPair(ctx, s, s.Prefix+"-renewals", policyPair[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding]{
+	return syncPolicyPair(ctx, s, s.Prefix+renewalsSuffix, policyPair[*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding]{
 		kind: "validatingadmissionpolicy", why: "the install no longer decides renewals in the API server",
 		getPolicy: func(ctx context.Context, n string) (*admissionregistrationv1.ValidatingAdmissionPolicy, error) {
 			return api.ValidatingAdmissionPolicies().Get(ctx, n, metav1.GetOptions{})

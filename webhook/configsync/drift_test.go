@@ -281,31 +281,35 @@ func TestABypassIsHonouredUntilLifted(t *testing.T) {
 func TestAPolicyChangeDuringABypassIsWrittenWhenItIsLifted(t *testing.T) {
 	cs, ps := installed(t, policyOne), newPolicies(t, policyOne)
 	rec := &recorder{}
-	s := &Syncer{Client: cs, Prefix: prefix, Namespace: "leaseguard-system", Policies: ps, Recorder: rec, Log: logr.Discard(), Resync: 20 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	eventually := func(what string, ok func() bool) {
+	s := &Syncer{Client: cs, Prefix: prefix, Namespace: "leaseguard-system", Policies: ps, Recorder: rec, Log: logr.Discard()}
+	// Each reconcile is what Run does on a trigger: a watch event, a
+	// policy change, a resync (the triggers are tested through the API
+	// server, test/integration).
+	reconcile := func() {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
+		if _, err := s.reconcile(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	}
 	named := func() string { return get(t, cs).Annotations[PolicyAnnotation] }
 	first := ps.sha
-	eventually("the first rendering", func() bool { return named() == first })
+	reconcile()
+	if named() != first {
+		t.Fatal("the first run did not write the policy's rendering")
+	}
 
 	v := get(t, cs)
 	v.Annotations[BypassAnnotation] = "maintenance"
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(context.Background(), v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually("the bypass reported", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.bypassed })
+	reconcile()
+	if !rec.bypassed {
+		t.Fatal("the bypass is not reported")
+	}
 	ps.set(t, policyTwo)
-	time.Sleep(100 * time.Millisecond)
+	reconcile()
+	reconcile()
 	if named() != first {
 		t.Fatal("a policy change was written while bypassed")
 	}
@@ -316,8 +320,13 @@ func TestAPolicyChangeDuringABypassIsWrittenWhenItIsLifted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, second := ps.InForce()
-	eventually("the new policy's rendering once the bypass is lifted", func() bool { return named() == second })
-	eventually("the bypass no longer reported", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return !rec.bypassed && rec.inSync })
+	reconcile()
+	if named() != second {
+		t.Fatalf("once the bypass is lifted the configuration names %s, want the new policy %s", named(), second)
+	}
+	if rec.bypassed || !rec.inSync {
+		t.Errorf("once lifted: bypassed %v, in sync %v; want false, true", rec.bypassed, rec.inSync)
+	}
 }
 
 func TestTheSealCoversWhatThePolicyDecidesNotWhatTheInstallChose(t *testing.T) {

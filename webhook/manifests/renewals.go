@@ -133,7 +133,7 @@ func (g *generator) commonDecidable() string {
 	skew := "duration(" + celexpr.Quote(g.skew.String()) + ")"
 	clock := stampEntry(celexpr.And(
 		"timestamp(object.spec.renewTime) <= timestamp(m.time) + "+skew,
-		celexpr.Or("!has(object.spec.acquireTime)", "timestamp(object.spec.acquireTime) <= timestamp(m.time) + "+skew),
+		celexpr.Or("!"+celexpr.TimeSet("object", "acquireTime"), "timestamp(object.spec.acquireTime) <= timestamp(m.time) + "+skew),
 		recordedBy("timestamp(m.time)"),
 	))
 	var kinds []string

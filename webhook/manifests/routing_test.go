@@ -394,6 +394,48 @@ func TestDedicatedManagerNamespacesRouteByNameAndNamespace(t *testing.T) {
 	}
 }
 
+// client-go writes a Lease's zero MicroTime as null, and the API server
+// stores and hands CEL that null (its coordinated elector renews a lease
+// the API server handed over without an acquireTime): a time stored as
+// null is read as absent, never given to timestamp(), whose error would
+// refuse the write (failurePolicy Fail) with a CEL error instead of a
+// decision. Until 2026-12-06 the renewals policy refused every renewal of
+// such a lease (test/integration TestCoordinatedLeaderElection...).
+func TestLeaseTimesStoredAsNullAreReadAsAbsent(t *testing.T) {
+	r := sampleRouter(t)
+	const mns = "kcc-managers"
+	stored := time.Date(2026, 12, 6, 0, 49, 54, 727000000, time.UTC)
+	now := stored.Add(8 * time.Second)
+	lease := func(at time.Time, acquire, renew any) map[string]any {
+		return map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+			"metadata": map[string]any{"name": "kcc-leader-team-a", "namespace": mns,
+				"managedFields": []any{map[string]any{"manager": "manager", "operation": "Update", "apiVersion": "coordination.k8s.io/v1",
+					"time": at.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]any{"f:spec": map[string]any{"f:holderIdentity": map[string]any{}, "f:renewTime": map[string]any{}, "f:acquireTime": map[string]any{}}}}}},
+			"spec": map[string]any{"holderIdentity": "cnrm-controller-manager-team-a-0", "acquireTime": acquire, "renewTime": renew, "leaseDurationSeconds": int64(15)}}
+	}
+	req := map[string]any{"operation": "UPDATE", "namespace": mns, "name": "kcc-leader-team-a",
+		"resource": map[string]any{"group": "coordination.k8s.io", "version": "v1", "resource": "leases"},
+		"userInfo": map[string]any{"username": "system:serviceaccount:" + mns + ":cnrm-controller-manager-team-a",
+			"extra": map[string]any{"authentication.kubernetes.io/pod-name": []any{"cnrm-controller-manager-team-a-0"}}}}
+	for _, c := range []struct {
+		name     string
+		old, obj map[string]any
+		want     string
+	}{
+		{"a renewal keeping a null acquireTime", lease(stored, nil, stored.Format(micro)), lease(now, nil, now.Format(micro)), "open"},
+		{"a renewal of a lease whose renewTime is null", lease(stored, nil, nil), lease(now, nil, now.Format(micro)), "closed"},
+		{"a write that nulls renewTime", lease(stored, nil, stored.Format(micro)), lease(now, nil, nil), "closed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r.t = t
+			if got := r.route(req, c.old, c.obj); got != c.want {
+				t.Errorf("routed to %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
 // A deletecollection's item reviews carry the object in oldObject and an
 // empty request.name: a rule that selects by name must still select them,
 // or the collection delete passes by every webhook.
@@ -480,6 +522,76 @@ func TestTheRenewalsPolicyCompiles(t *testing.T) {
 	for _, v := range r.Renewals.Spec.Validations {
 		if strings.Contains(v.MessageExpression, "rule warned:") {
 			t.Errorf("a warn rule's renewals are decided in process: %s", v.MessageExpression)
+		}
+	}
+}
+
+// A status writer's status write rides the fail-open route: the policy
+// admits it whatever it writes (I8 asks who), and every manager's lock
+// polls the status after each write, so a status refused while leaseguard
+// is down ends every leadership (found by the kind stage's namespace-mode
+// workload on the real lock: all 10 managers exited with every replica
+// down). Anyone else's status write, and the status writer's write of the
+// object itself, stay on the fail-closed route.
+func TestStatusWritersStatusWritesFlowWhileLeaseguardIsDown(t *testing.T) {
+	r := sampleRouter(t)
+	const statusWriter = "system:serviceaccount:multiclusterlease-system:default"
+	req := func(user, subresource string, groups ...string) map[string]any {
+		rq := map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
+			"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
+			"userInfo": map[string]any{"username": user, "groups": groups}}
+		if subresource != "" {
+			rq["subResource"] = subresource
+		}
+		return rq
+	}
+	stored := time.Date(2026, 12, 5, 22, 38, 30, 0, time.UTC)
+	statusWrite := func() (map[string]any, map[string]any) {
+		old, obj := mclWrite(stored)
+		obj["status"] = map[string]any{"observedGeneration": int64(7), "globalHolderIdentity": "cluster-a"}
+		return old, obj
+	}
+	finalizer := func() (map[string]any, map[string]any) {
+		old, obj := mclWrite(stored)
+		obj["metadata"].(map[string]any)["finalizers"] = []any{policy.ControllerFinalizer}
+		return old, obj
+	}
+	for _, c := range []struct {
+		name        string
+		user        string
+		groups      []string
+		subresource string
+		write       func() (old, obj map[string]any)
+		want        string
+	}{
+		{"the status writer's status write", statusWriter, nil, "status", statusWrite, "open"},
+		{"a manager's status write", managerB, nil, "status", statusWrite, "closed"},
+		{"the designated manager's status write", designatedA, nil, "status", statusWrite, "closed"},
+		{"a status write by a stranger in the status writer's namespace", "system:serviceaccount:multiclusterlease-system:other", nil, "status", statusWrite, "closed"},
+		{"an operator's status write (admitted, but judged)", "system:masters", []string{"system:masters"}, "status", statusWrite, "closed"},
+		{"the status writer's finalizer on the object itself", statusWriter, nil, "", finalizer, "closed"},
+		{"the status writer's status write that changes nothing", statusWriter, nil, "status", func() (map[string]any, map[string]any) { return mclWrite(stored) }, "none"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			old, obj := c.write()
+			r.t = t
+			if got := r.route(req(c.user, c.subresource, c.groups...), old, obj); got != c.want {
+				t.Errorf("routed to %q, want %q", got, c.want)
+			}
+		})
+	}
+	// The Go side says the same (policy.FailClosed, which the handlers and
+	// the parity tests use).
+	p := samplePolicy(t)
+	for _, c := range []struct {
+		user string
+		want bool
+	}{{statusWriter, false}, {managerB, true}} {
+		req := &policy.Request{Operation: policy.Update, Resource: policy.MultiClusterLeases, Subresource: policy.StatusSubresource,
+			Caller: policy.Caller{Username: c.user},
+			Old:    &policy.Object{Namespace: sampleNS, Name: "kcc-leader"}, New: &policy.Object{Namespace: sampleNS, Name: "kcc-leader"}}
+		if got := policy.FailClosed(p, req); got != c.want {
+			t.Errorf("policy.FailClosed of %s's status write: %t, want %t", c.user, got, c.want)
 		}
 	}
 }

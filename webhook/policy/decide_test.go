@@ -1116,8 +1116,9 @@ func checkMessage(t *testing.T, msg string) {
 	}
 }
 
-// TestDecideCoversEveryInvariant guards the table itself: every invariant is
-// exercised with a denial and every resource with an allow and a denial.
+// TestDecideCoversEveryInvariant guards the tables themselves: every
+// invariant is exercised with a denial (I10 and I11 in the hardening
+// table) and every resource with an allow and a denial.
 func TestDecideCoversEveryInvariant(t *testing.T) {
 	type key struct {
 		res Resource
@@ -1146,6 +1147,21 @@ func TestDecideCoversEveryInvariant(t *testing.T) {
 	}
 	if !denied[key{MultiClusterLeases, InvariantStatus}] {
 		t.Errorf("no I8 denial case")
+	}
+	// I10 and I11 are exercised by the hardening table (hardCases), on
+	// both resources.
+	for _, res := range bothResources {
+		hard := map[Invariant]bool{}
+		for _, c := range hardCases(res) {
+			if c.want.verdict == Deny {
+				hard[c.want.inv] = true
+			}
+		}
+		for _, inv := range []Invariant{InvariantBounds, InvariantMetadata} {
+			if !hard[inv] {
+				t.Errorf("no denial case for %s %s in the hardening table", res, inv)
+			}
+		}
 	}
 }
 

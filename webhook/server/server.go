@@ -86,9 +86,13 @@ type Options struct {
 // ManageConfiguration says which admission configuration leaseguard keeps.
 type ManageConfiguration struct {
 	Client kubernetes.Interface
+	// Config reaches the same API server, for the watches.
+	Config *rest.Config
 	// Prefix names the objects (manifests.Options.Prefix).
 	Prefix string
-	// Resync is how often drift is repaired; one minute when zero.
+	// Resync is how often the configuration is checked without a watch
+	// event, and how long an edit naming another policy waits; one minute
+	// when zero.
 	Resync time.Duration
 }
 
@@ -167,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
 		syncer := &configsync.Syncer{
-			Client: m.Client, Prefix: m.Prefix, Namespace: o.Namespace, Resync: m.Resync,
+			Client: m.Client, Config: m.Config, Prefix: m.Prefix, Namespace: o.Namespace, Resync: m.Resync,
 			Policies: store, Recorder: rec, Log: log.WithName("configuration"),
 		}
 		g.Go(func() error { return syncer.Run(ctx) })

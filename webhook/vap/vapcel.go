@@ -169,7 +169,9 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 			add(field(side, f), specValue(obj, f, "''"))
 		}
 		for _, f := range c.timeFields() {
-			add(field(side, f)+"Raw", celexpr.Ternary(obj+" == null", "''", "string("+obj+".?spec.?"+f+".orValue(''))"))
+			// A Lease's zero MicroTime is stored as null (celexpr.TimeSet):
+			// read as absent.
+			add(field(side, f)+"Raw", celexpr.Ternary(obj+" == null || !"+celexpr.TimeSet(obj, f), "''", "string("+obj+".spec."+f+")"))
 			add(field(side, f), parsedTime(v(field(side, f)+"Raw")))
 		}
 		for _, f := range c.intFields() {

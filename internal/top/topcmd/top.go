@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -36,7 +37,11 @@ import (
 type topOptions struct {
 	// kube are kubectl's flags for reaching a cluster: --kubeconfig,
 	// --context, -n/--namespace, --as, --as-group, ...
-	kube                     *genericclioptions.ConfigFlags
+	kube *genericclioptions.ConfigFlags
+	// templates are kubectl's template printers for -o jsonpath=…,
+	// go-template=… and their file forms, with --template and
+	// --allow-missing-template-keys.
+	templates                *genericclioptions.KubeTemplatePrintFlags
 	version                  string
 	allNamespaces, once      bool
 	resource, output, sort   string
@@ -52,9 +57,9 @@ func New(version string) *cobra.Command {
 	kube := genericclioptions.NewConfigFlags(true)
 	// top makes no discovery calls: no discovery cache to place.
 	kube.CacheDir = nil
-	o := &topOptions{kube: kube, version: version}
+	o := &topOptions{kube: kube, templates: genericclioptions.NewKubeTemplatePrintFlags(), version: version}
 	cmd := &cobra.Command{
-		Use:   "top [-A | -n NAMESPACE] [--once -o table|wide|json|yaml] [--policy policy.yaml]",
+		Use:   "top [-A | -n NAMESPACE] [--once -o table|wide|json|yaml|jsonpath=...|go-template=...] [--policy policy.yaml]",
 		Short: "Show live lease traffic per lease, writer and namespace (read-only)",
 		Long: `top watches Leases and MultiClusterLeases (one watch per resource) and shows,
 refreshed live, for every lease: holder, designated manager, writes per
@@ -70,7 +75,10 @@ writer the rule admits; fencing, renewal rate and renewTime are judged,
 identity invariants are assumed kept (docs/top.md).
 
 On a terminal it runs a live UI (q quits); otherwise, or with --once, it
-prints plain reports. --once watches for --window, prints one report and
+prints plain reports. -o json and -o yaml print the report object;
+-o jsonpath=TEMPLATE, go-template=TEMPLATE (or --template), and their
+-file forms print it through kubectl's template printers, client-written
+values escaped as in the table. --once watches for --window, prints one report and
 exits.
 
 The cluster is reached as kubectl reaches it, with kubectl's flags
@@ -88,7 +96,8 @@ usage or unreadable input (flags, --policy, the kubeconfig).`,
 	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "watch every namespace")
 	fs.StringVar(&o.resource, "resource", "all", "leases, multiclusterleases or all")
 	fs.BoolVar(&o.once, "once", false, "watch for --window, print one report and exit")
-	fs.StringVarP(&o.output, "output", "o", "table", "table, wide, json or yaml")
+	fs.StringVarP(&o.output, "output", "o", "table", "table, wide, json, yaml, or kubectl's template formats: "+strings.Join(templateFormats(o.templates), ", "))
+	o.templates.AddFlags(cmd)
 	fs.DurationVar(&o.window, "window", 30*time.Second, "sliding window of the rates (and how long --once watches)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "refresh interval of the live view")
 	fs.StringVar(&o.sort, "sort", string(leasetraffic.SortRate), "order of the leases: rate, name, expiry, writers, interval or projected")
@@ -106,7 +115,10 @@ usage or unreadable input (flags, --policy, the kubeconfig).`,
 
 // topSettings are the checked flags.
 type topSettings struct {
-	format    topui.Format
+	format topui.Format
+	// printer prints the report with -o jsonpath=…, go-template=… (format
+	// is then empty).
+	printer   printers.ResourcePrinter
 	sort      leasetraffic.SortKey
 	resources []policy.Resource
 	projector leasetraffic.Projector
@@ -114,10 +126,39 @@ type topSettings struct {
 	webhookStats []string
 }
 
+// outputFormat reads -o: leaseguard's own formats (table, wide, json,
+// yaml: json and yaml escape what a terminal would obey, escape.go), else
+// one of kubectl's template printers. --template alone means
+// go-template, as in kubectl.
+func (o *topOptions) outputFormat(cmd *cobra.Command) (topui.Format, printers.ResourcePrinter, error) {
+	output := o.output
+	if *o.templates.TemplateArgument != "" && !cmd.Flags().Changed("output") {
+		output = "go-template"
+	}
+	if f, err := topui.ParseFormat(output); err == nil {
+		return f, nil, nil
+	}
+	p, err := o.templates.ToPrinter(output)
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		return "", nil, fmt.Errorf("-o %q: want table, wide, json, yaml or one of %s", output, strings.Join(templateFormats(o.templates), ", "))
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("-o %s: %w", output, err)
+	}
+	return "", p, nil
+}
+
+// templateFormats are the template printers' -o names, sorted.
+func templateFormats(f *genericclioptions.KubeTemplatePrintFlags) []string {
+	formats := f.AllowedFormats()
+	slices.Sort(formats)
+	return formats
+}
+
 func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
 	s := &topSettings{}
 	var err error
-	if s.format, err = topui.ParseFormat(o.output); err != nil {
+	if s.format, s.printer, err = o.outputFormat(cmd); err != nil {
 		return nil, err
 	}
 	if s.sort, err = leasetraffic.ParseSortKey(o.sort); err != nil {
@@ -190,8 +231,14 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 		return cli.Usage(err)
 	}
 	format, sortKey, resources, projector := s.format, s.sort, s.resources, s.projector
+	write := func(w io.Writer, r *leasetraffic.Report) error {
+		if s.printer != nil {
+			return topui.WritePrinted(w, r, s.printer)
+		}
+		return topui.Write(w, r, format)
+	}
 
-	interactive := !o.once && format != topui.JSON && format != topui.YAML && isTerminal(cmd.OutOrStdout())
+	interactive := !o.once && (format == topui.Table || format == topui.Wide) && isTerminal(cmd.OutOrStdout())
 	if interactive {
 		// client-go logs watch errors through klog; on a full-screen UI they
 		// would tear the screen, so they go to the status line instead.
@@ -251,7 +298,7 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 			}
 		}
 		bypass.read(ctx)
-		return topui.Write(cmd.OutOrStdout(), report(reportOpts), format)
+		return write(cmd.OutOrStdout(), report(reportOpts))
 	case interactive:
 		return topui.Run(ctx, report, topui.UIOptions{
 			Report: reportOpts, Wide: format == topui.Wide, Interval: o.interval,
@@ -267,7 +314,7 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 			},
 		})
 	}
-	return streamReports(ctx, cmd.OutOrStdout(), report, reportOpts, format, o.interval)
+	return streamReports(ctx, cmd.OutOrStdout(), report, reportOpts, write, format == topui.Table || format == topui.Wide, o.interval)
 }
 
 // startWebhookStats reads the webhooks' /debug/leases once and, unless
@@ -318,7 +365,7 @@ func everyInterval(ctx context.Context, every time.Duration, f func()) {
 
 // streamReports prints a report every interval until interrupted, as `top
 // -b` does when the output is not a terminal.
-func streamReports(ctx context.Context, w io.Writer, report topui.Source, ro leasetraffic.ReportOptions, f topui.Format, interval time.Duration) error {
+func streamReports(ctx context.Context, w io.Writer, report topui.Source, ro leasetraffic.ReportOptions, write func(io.Writer, *leasetraffic.Report) error, blankLine bool, interval time.Duration) error {
 	// A ticker, not wait.UntilWithContext: the first report covers one
 	// interval of traffic, and a report's error ends the stream.
 	t := time.NewTicker(interval)
@@ -329,10 +376,10 @@ func streamReports(ctx context.Context, w io.Writer, report topui.Source, ro lea
 			return nil
 		case <-t.C:
 		}
-		if err := topui.Write(w, report(ro), f); err != nil {
+		if err := write(w, report(ro)); err != nil {
 			return err
 		}
-		if f == topui.Table || f == topui.Wide {
+		if blankLine {
 			fmt.Fprintln(w)
 		}
 	}

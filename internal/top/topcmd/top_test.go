@@ -42,7 +42,9 @@ func TestTopRefusesBadInput(t *testing.T) {
 		want string
 		code int
 	}{
-		{[]string{"-o", "xml"}, `-o "xml": want table, wide, json or yaml`, 2},
+		{[]string{"-o", "xml"}, `-o "xml": want table, wide, json, yaml or one of go-template, go-template-file, jsonpath, jsonpath-as-json, jsonpath-file, template, templatefile`, 2},
+		{[]string{"-o", "jsonpath={.leases[}"}, "-o jsonpath={.leases[}: error parsing jsonpath", 2},
+		{[]string{"--template", "{{.leases"}, "-o go-template: error parsing template", 2},
 		{[]string{"--sort", "speed"}, `--sort "speed": want one of rate, name, expiry, writers, interval, projected`, 2},
 		{[]string{"--resource", "pods"}, `--resource "pods": want leases, multiclusterleases or all`, 2},
 		{[]string{"--window", "500ms"}, "--window 500ms: want at least 1s", 2},

@@ -3,6 +3,7 @@ package topui
 import (
 	"bytes"
 	"encoding/json"
+	"k8s.io/cli-runtime/pkg/printers"
 	"reflect"
 	"regexp"
 	"strings"
@@ -278,4 +279,58 @@ func TestLiveViewEscapesClientWrittenStrings(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kubectl's template printers (-o jsonpath=…, go-template=…) print values
+// into the terminal as the table does: each client-written value escaped
+// as the table shows it, none raw; what the template itself writes
+// (newlines, tabs) stays.
+func TestTemplateOutputsEscapeClientWrittenStrings(t *testing.T) {
+	r := hostileReport()
+	for name, tc := range map[string]struct {
+		printer printers.ResourcePrinter
+	}{
+		"jsonpath":    {jsonPathPrinter(t, `{range .leases[*]}{.holder}{"\n"}{end}`)},
+		"go-template": {goTemplatePrinter(t, `{{range .leases}}{{.holder}}{{"\n"}}{{end}}`)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := WritePrinted(&out, r, tc.printer); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+			if len(lines) != len(r.Leases) {
+				t.Fatalf("%d lines, want one per lease (%d):\n%s", len(lines), len(r.Leases), out.String())
+			}
+			for i, l := range r.Leases {
+				// The data is the report's JSON: a byte that is not UTF-8
+				// reads as U+FFFD there, as in -o json (no stored object
+				// holds one).
+				if want := cell(strings.ToValidUTF8(l.Holder, "\uFFFD")); lines[i] != want {
+					t.Errorf("line %d: %q, want the holder as the table shows it, %q", i, lines[i], want)
+				}
+			}
+			if c, ok := rawControl(strings.ReplaceAll(out.String(), "\n", "")); ok {
+				t.Fatalf("%U reaches the terminal raw:\n%s", c, out.String())
+			}
+		})
+	}
+}
+
+func jsonPathPrinter(t *testing.T, tmpl string) printers.ResourcePrinter {
+	t.Helper()
+	p, err := printers.NewJSONPathPrinter(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func goTemplatePrinter(t *testing.T, tmpl string) printers.ResourcePrinter {
+	t.Helper()
+	p, err := printers.NewGoTemplatePrinter([]byte(tmpl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

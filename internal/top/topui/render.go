@@ -1,9 +1,11 @@
 // Package topui renders `leaseguard top` reports: as a plain table (table
-// or wide), as JSON or YAML for scripts, and as a live terminal UI
+// or wide), as JSON or YAML for scripts, through kubectl's template
+// printers (jsonpath, go-template), and as a live terminal UI
 // (bubbletea) when attached to a terminal.
 package topui
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -11,7 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/printers"
+
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
 // Format is an output format (-o).
@@ -287,4 +293,44 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// WritePrinted prints a report with one of cli-runtime's template printers
+// (-o jsonpath=…, jsonpath-file=…, go-template=…, go-template-file=…,
+// templatefile=…, as kubectl takes them): the data is the report as -o json
+// prints it. Every client-written string, and every map key, is escaped as
+// the table escapes it (policy.Escape) before the template sees it: a
+// template prints values into the terminal as the table does. -o json
+// carries them exactly.
+func WritePrinted(w io.Writer, r *leasetraffic.Report, p printers.ResourcePrinter) error {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	var data map[string]any
+	if err := json.Unmarshal(js, &data); err != nil {
+		return err
+	}
+	return p.PrintObj(&unstructured.Unstructured{Object: escapeStrings(data).(map[string]any)}, w)
+}
+
+// escapeStrings returns v, a value decoded from JSON, with every string and
+// map key escaped by policy.Escape.
+func escapeStrings(v any) any {
+	switch v := v.(type) {
+	case string:
+		return policy.Escape(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[policy.Escape(k)] = escapeStrings(e)
+		}
+		return out
+	case []any:
+		for i, e := range v {
+			v[i] = escapeStrings(e)
+		}
+		return v
+	}
+	return v
 }

@@ -9,6 +9,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/leaseguard/leaseguard/test/cluster/kccworkload"
 )
 
 func TestClassifyTellsLeaseguardFromTheAPIServer(t *testing.T) {
@@ -81,6 +83,115 @@ func TestStaleNonDesignatedRenewalsCountOnlyWhereCallsFailedOpen(t *testing.T) {
 		t.Errorf("calls failed open: failed guarded writes %d, want 1", got)
 	}
 	if n := r.staleNote(); !strings.Contains(n, "1 non-designated renewals refused as stale") {
+		t.Errorf("note %q", n)
+	}
+}
+
+// An exit counts against leaseguard where the same fault cost the
+// unguarded cluster nothing; where it cost it some leaderships, only a
+// difference beyond chance does.
+func TestLeaseguardsExitsAreThoseTheUnguardedTwinDidNotHave(t *testing.T) {
+	guarded := nsFigures{exits: map[string]int{"kcc-03": 2, "kcc-04": 0}}
+	if got := leaseguardsExits(guarded, nsFigures{}); len(got) != 1 || got[0] != "kcc-03" {
+		t.Errorf("the fault cost the unguarded cluster nothing: leaseguard's exits %v, want [kcc-03]", got)
+	}
+	// An API server away about as long as the renew deadline: which
+	// managers lose is timing, independently in each cluster.
+	partial := nsFigures{exits: map[string]int{"kcc-02": 1, "kcc-04": 1, "kcc-05": 1, "kcc-07": 1}}
+	eight := nsFigures{exits: map[string]int{"kcc-01": 1, "kcc-02": 1, "kcc-03": 1, "kcc-04": 1, "kcc-05": 1, "kcc-06": 1, "kcc-08": 1, "kcc-10": 1}}
+	if got := leaseguardsExits(eight, partial); len(got) != 0 {
+		t.Errorf("8 guarded exits beside 4 unguarded: leaseguard's %v, want none", got)
+	}
+	one := nsFigures{figures: kccworkload.Figures{Missed: map[string]bool{"kcc-01": true}}}
+	if got := leaseguardsExits(eight, one); len(got) != 7 {
+		t.Errorf("8 guarded exits beside 1 unguarded namespace without a leader: leaseguard's %v, want the 7 whose twins kept leading", got)
+	}
+}
+
+// A write that failed at the API server is leaseguard's unless the control
+// writes, which no webhook of leaseguard's sees, failed or stalled while it
+// was in flight.
+func TestAPIServerFailuresCountAgainstLeaseguardOnlyWhileControlWritesWereServed(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	control := func(sent, answered float64, outcome string) event {
+		return event{at: at(answered), sent: at(sent), kind: evControl, outcome: outcome}
+	}
+	events := []event{
+		control(0, 0.01, outAdmitted),
+		{at: at(5), kind: evGuardedWrite, outcome: outAPIServerDown}, // nothing wrong with the control writes: leaseguard's
+		control(20, 25, outAPIServerDown),
+		control(25.5, 28.5, outAdmitted),                                // admitted, but 3 s: stalled
+		{at: at(27), kind: evGuardedWrite, outcome: outAPIServerDown},   // in flight during the outage
+		{at: at(38), kind: evIdentityChange, outcome: outAPIServerDown}, // sent at 28 at the earliest: overlaps the stalled write
+		{at: at(45), kind: evNonDesignated, outcome: outAPIServerDown},  // long after
+		control(44, 44.01, outAdmitted),
+	}
+	r := summarize("f", events, time.Minute)
+	if r.control != 4 || r.controlTrouble != 2 {
+		t.Errorf("control writes %d, in trouble %d; want 4 and 2", r.control, r.controlTrouble)
+	}
+	if r.apiDown != 4 || r.apiDownShared != 2 || r.apiDownOwn() != 2 {
+		t.Errorf("failed at the API server %d, of them while the control writes failed %d, own %d; want 4, 2, 2", r.apiDown, r.apiDownShared, r.apiDownOwn())
+	}
+	if r.guarded != 3 {
+		t.Errorf("control writes counted as guarded writes: %d, want 3", r.guarded)
+	}
+	if n := r.controlNote(); !strings.Contains(n, "2 of 4 control writes") || !strings.Contains(n, "over 8.5s") || !strings.Contains(n, "2 of the 4 writes") {
+		t.Errorf("note %q", n)
+	}
+	if n := (result{}).controlNote(); n != "" {
+		t.Errorf("note without trouble %q", n)
+	}
+}
+
+func TestSupportNoteNamesTheSharedProcessesAndWhyManagersExitedInTheWindow(t *testing.T) {
+	from := time.Date(2026, 12, 6, 10, 0, 0, 500e6, time.UTC)
+	exit := func(sec int, code int32, msg string) kccworkload.Termination {
+		return kccworkload.Termination{At: from.Truncate(time.Second).Add(time.Duration(sec) * time.Second), ExitCode: code, Message: msg}
+	}
+	lost := "lost leadership: global lock not renewed"
+	after := kccworkload.Processes{
+		"cnrm-system": {
+			"a": {Namespace: "kcc-01", Restarts: 2, LastExits: []kccworkload.Termination{exit(1, 1, lost)}},
+			"b": {Namespace: "kcc-02", Restarts: 1, LastExits: []kccworkload.Termination{exit(-60, 1, "an exit of an earlier window")}},
+			"c": {Namespace: "kcc-03", Restarts: 1, LastExits: []kccworkload.Termination{exit(0, 2, "renew: Forbidden")}},
+		},
+		"cnrm-unguarded": {"d": {Namespace: "kcc-01", Restarts: 1, LastExits: []kccworkload.Termination{exit(3, 1, lost)}}},
+	}
+	got := supportNote(map[string]int{kccworkload.Emulator: 1}, after, from)
+	want := `namespace mode: gcs-emulator exited 1 times; 2× "exit 1: lost leadership: global lock not renewed"; 1× "exit 2: renew: Forbidden"`
+	if got != want {
+		t.Errorf("note\n%s\nwant\n%s", got, want)
+	}
+	if got := supportNote(nil, after, from.Add(time.Minute)); got != "" {
+		t.Errorf("nothing exited in the window: %q", got)
+	}
+}
+
+func TestElectionFiguresCountHolderChangesAndTheLongestStillRenewTime(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	kcm := func(s float64, holder string, renewed float64) leaseSample {
+		return leaseSample{at: at(s), component: "kube-controller-manager", holder: holder, renewed: at(renewed), transitions: 1}
+	}
+	samples := []leaseSample{
+		kcm(0, "a", 0), kcm(1, "a", 0), kcm(2, "a", 2), kcm(3, "a", 2), kcm(4, "a", 2), kcm(5, "a", 2), kcm(6, "a", 6),
+		{at: at(6.5), component: "kube-controller-manager", err: errors.New("unavailable")},
+		kcm(7, "b", 7), kcm(20, "b", 20),
+		{at: at(1), component: "kube-scheduler", holder: "s", renewed: at(1)},
+	}
+	got := summarizeElection(samples, at(0), at(8))
+	if len(got) != 2 {
+		t.Fatalf("figures %+v", got)
+	}
+	if f := got[0]; f.holderChanges != 1 || f.longestStale != 4*time.Second || f.samples != 8 {
+		t.Errorf("kube-controller-manager: %+v, want 1 holder change, renewTime still 4s, 8 samples", f)
+	}
+	if f := got[1]; f.holderChanges != 0 || f.samples != 1 {
+		t.Errorf("kube-scheduler: %+v", f)
+	}
+	if n := electionNote(got); !strings.Contains(n, "kube-controller-manager 1 holder changes, renewTime still at most 4s") {
 		t.Errorf("note %q", n)
 	}
 }

@@ -1,7 +1,11 @@
 // Package faults breaks the kind cluster of hack/kind (leaseguard installed
 // with its Helm chart, two replicas on two worker nodes) while real lease
 // traffic runs, and counts what users would see: guarded writes that failed,
-// leaderships lost, and identity changes wrongly admitted. `make
+// leaderships lost, and identity changes wrongly admitted. Config
+// Connector's namespace mode on the real lock (package kccworkload) runs
+// through every fault too, guarded and unguarded side by side: no fault may
+// cost the guarded namespaces a manager exit or a longer time without a
+// leader than it costs the unguarded ones. `make
 // test-e2e-kind` (and make test's kind stage) runs it; alone it needs the
 // environment clustertest.TargetFromEnv reads, and is skipped without.
 //
@@ -12,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -29,13 +34,19 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/cluster/clustertest"
+	"github.com/leaseguard/leaseguard/test/cluster/kccworkload"
 )
 
 const (
 	lgNS       = "leaseguard-system"
 	deployment = "leaseguard"
-	podLabels  = "app.kubernetes.io/name=leaseguard,app.kubernetes.io/component=webhook"
-	rbacName   = "leaseguard-faults-lease-writers"
+	// release is the chart's Helm release.
+	release   = "leaseguard"
+	podLabels = "app.kubernetes.io/name=leaseguard,app.kubernetes.io/component=webhook"
+	rbacName  = "leaseguard-faults-lease-writers"
+	// allDown is how long every replica stays down: longer than the
+	// managers' lease (15 s) and renew deadline (10 s) several times over.
+	allDown = 60 * time.Second
 	// settle is how long the workload keeps running after a fault has
 	// healed, so late effects (a lease expiring) land in its window.
 	settle = 6 * time.Second
@@ -75,8 +86,12 @@ func TestFaults(t *testing.T) {
 		c.checkWebhookHearsOnlyTheAPIServer(t, c.metrics, target.PKI)
 	})
 	t.Run("an edited admission configuration is repaired, a bypass honoured", func(t *testing.T) { c.checkConfigurationDrift(t, c.metrics) })
+	ns := startNamespaceMode(t, c)
+	defer ns.close(t)
 	w := startWorkload(t, c.admin, c.config)
 	defer w.stop()
+	election := startCoordinatedElection(t, c.admin)
+	defer election.close()
 
 	// Warm up: every bound Lease has a leader, the shared lease is renewed.
 	waitUntil(t, "every team's Lease has a holder", time.Minute, func() error {
@@ -93,13 +108,20 @@ func TestFaults(t *testing.T) {
 	})
 	time.Sleep(3 * retryPeriod)
 	steady := time.Now()
+	steadyEnd, electionEnd := ns.begin(t), election.begin()
 	time.Sleep(10 * time.Second)
 	baseline := summarize("steady state (no fault)", w.between(steady, time.Now()), time.Since(steady))
+	var support string
+	baseline.namespaceMode, support = steadyEnd(t)
+	baseline.election = electionEnd()
+	baseline.notes = joinNotes(joinNotes(support, baseline.controlNote()), electionNote(baseline.election))
+	assertElectionKept(t, baseline)
 	if baseline.guarded == 0 || baseline.probes == 0 || baseline.nonDesignated == 0 {
 		t.Fatalf("the workload sends nothing: %+v", baseline)
 	}
 	results := []result{baseline}
 	assertClean(t, baseline, false)
+	assertNamespaceMode(t, baseline)
 
 	// measure runs a fault under the workload and judges the window from
 	// just before it until settle after it healed.
@@ -109,17 +131,28 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		nsEnd, electionEnd := ns.begin(t), election.begin()
 		from := time.Now()
 		notes := fault(t)
 		time.Sleep(settle)
 		r := summarize(name, w.between(from, time.Now()), time.Since(from))
+		var support string
+		r.namespaceMode, support = nsEnd(t)
+		assertNamespaceMode(t, r)
 		var openAfter, closedAfter int
 		waitUntil(t, "the API server's webhook metrics", time.Minute, func() (err error) {
 			openAfter, closedAfter, err = webhookFailures(ctx, c.admin)
 			return err
 		})
 		r.failOpen, r.failClosed = counterDelta(openBefore, openAfter), counterDelta(closedBefore, closedAfter)
-		r.notes = notes + r.staleNote()
+		r.election = electionEnd()
+		r.notes = joinNotes(joinNotes(notes+r.staleNote()+r.controlNote(), support), electionNote(r.election))
+		// The control plane's Leases are leaseguard's concern only while
+		// the API server itself serves: its restart, or an outage the
+		// control writes saw, may end a leadership by the protocol.
+		if name != "kube-apiserver restarted" && r.controlTrouble == 0 {
+			assertElectionKept(t, r)
+		}
 		results = append(results, r)
 		return r
 	}
@@ -186,6 +219,54 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("helm upgrade to a new image", func(t *testing.T) {
+		helm, chartArgs, tag := os.Getenv("HELM"), strings.Fields(os.Getenv("LEASEGUARD_CHART_ARGS")), os.Getenv("CLUSTER_NEXT_IMAGE_TAG")
+		if helm == "" || len(chartArgs) == 0 || tag == "" {
+			t.Fatal("needs HELM, LEASEGUARD_CHART_ARGS (the chart install's arguments) and CLUSTER_NEXT_IMAGE_TAG (another tag of the image, loaded into the nodes): " +
+				"hack/kind/e2e.sh sets them; a rolling upgrade is judged on the workload too")
+		}
+		fewest := 2
+		r := measure(t, "helm upgrade to a new image", func(t *testing.T) string {
+			old := c.podNames(t)
+			// As an operator upgrades: the same install, the new image's
+			// tag. The fault tests' own edits (scale, policy) are taken back
+			// by --force-conflicts, as in docs/helm.md.
+			args := append([]string{"--kubeconfig", c.target.Kubeconfig, "upgrade", release}, chartArgs...)
+			args = append(args, "--set", "image.tag="+tag, "--force-conflicts", "--wait", "--timeout", "3m")
+			done := make(chan error, 1)
+			var out []byte
+			go func() {
+				var err error
+				out, err = exec.Command(helm, args...).CombinedOutput()
+				done <- err
+			}()
+			for waiting := true; waiting; {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("helm upgrade: %v\n%s", err, out)
+					}
+					waiting = false
+				case <-time.After(200 * time.Millisecond):
+					if n := c.readyEndpoints(); n >= 0 {
+						fewest = min(fewest, n)
+					}
+				}
+			}
+			fewest = min(fewest, c.waitDeploymentAvailable(t, 2, old))
+			for _, p := range c.pods(t) {
+				if image := p.Spec.Containers[0].Image; !strings.HasSuffix(image, ":"+tag) {
+					t.Errorf("pod %s runs %s after the upgrade, want tag %s", p.Name, image, tag)
+				}
+			}
+			return fmt.Sprintf("helm upgrade --set image.tag=%s --wait: fewest ready endpoints %d", tag, fewest)
+		})
+		assertClean(t, r, true)
+		if fewest < 1 {
+			t.Errorf("the Service had no ready endpoint during the upgrade")
+		}
+	})
+
 	t.Run("all replicas down", func(t *testing.T) {
 		if !c.hasFailClosedWebhook(t) {
 			// A defect, not a reason to skip: with every replica down,
@@ -206,21 +287,21 @@ func TestFaults(t *testing.T) {
 				return nil
 			})
 			downFrom := time.Now()
-			time.Sleep(20 * time.Second)
+			time.Sleep(allDown)
 			down = summarize("all replicas down", w.between(downFrom, time.Now()), time.Since(downFrom))
 			c.scale(t, 2)
 			c.waitDeploymentAvailable(t, 2, nil)
-			return fmt.Sprintf("scaled to 0 for 20 s: %d renewals admitted (%d of them other managers' renewals of the shared MultiClusterLease), %d identity changes refused as webhook unreachable",
-				down.guarded-down.failedGuarded-down.staleRefused, down.outcomes[evNonDesignated+"/"+outAdmitted], down.outcomes[evIdentityChange+"/"+outWebhookUnreachable])
+			return fmt.Sprintf("scaled to 0 for %s: %d renewals admitted (%d of them other managers' renewals of the shared MultiClusterLease), %d identity changes refused as webhook unreachable",
+				allDown, down.guarded-down.failedGuarded-down.staleRefused, down.outcomes[evNonDesignated+"/"+outAdmitted], down.outcomes[evIdentityChange+"/"+outWebhookUnreachable])
 		})
 		// Fail-closed calls are refusals here, by design: identity changes
 		// and renewals by anyone but a rightful renewer (policy.FailClosed).
 		// Every manager of a cluster renews the shared MultiClusterLease
 		// with the same holder, and counts as leader only when its renewal
 		// succeeds, so those renewals all flow while no replica serves.
-		if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDown > 0 {
+		if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDownOwn() > 0 {
 			t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions (%d identity changes), %d API server errors; first ones:\n%s",
-				r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.wrongIdentity, r.apiDown, r.examples)
+				r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.wrongIdentity, r.apiDownOwn(), r.examples)
 		}
 		if down.probes == 0 || down.guarded == 0 {
 			t.Errorf("the workload sent nothing while leaseguard was down: %+v", down)
@@ -232,6 +313,41 @@ func TestFaults(t *testing.T) {
 			took, allTook, perPod := c.editPolicy(t)
 			return fmt.Sprintf("rule e2e-warn warn→deny: first denial through the Service after %s; reloaded by each pod after %s (kubelet's ConfigMap sync included); every replica after %s",
 				took.Round(100*time.Millisecond), perPod, allTook.Round(100*time.Millisecond))
+		})
+		assertClean(t, r, true)
+	})
+
+	t.Run("GCS emulator down for 30 s", func(t *testing.T) {
+		r := measure(t, "GCS emulator down for 30 s", func(t *testing.T) string {
+			if err := ns.w.ScaleEmulator(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "no GCS emulator Pod", 2*time.Minute, func() error {
+				pods, err := c.admin.CoreV1().Pods(kccworkload.ControllerNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + kccworkload.Emulator})
+				if err != nil {
+					return err
+				}
+				if n := len(pods.Items); n > 0 {
+					return fmt.Errorf("%d pods left", n)
+				}
+				return nil
+			})
+			down := time.Now()
+			time.Sleep(30 * time.Second)
+			if err := ns.w.ScaleEmulator(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the GCS emulator back", 2*time.Minute, func() error {
+				d, err := c.admin.AppsV1().Deployments(kccworkload.ControllerNamespace).Get(ctx, kccworkload.Emulator, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if d.Status.AvailableReplicas < 1 {
+					return fmt.Errorf("%d available", d.Status.AvailableReplicas)
+				}
+				return nil
+			})
+			return fmt.Sprintf("the global lock's backend (the GCS emulator, its locks in memory) scaled to 0; back %s later", time.Since(down).Round(100*time.Millisecond))
 		})
 		assertClean(t, r, true)
 	})
@@ -268,8 +384,11 @@ func TestFaults(t *testing.T) {
 			t.Skip("the target cannot break its nodes (CLUSTER_NODE_FAULT)")
 		}
 		r := measure(t, "worker node lost", func(t *testing.T) string {
-			victim, rate := c.busiestReplica(t)
-			node := victim.Spec.NodeName
+			// The worker running the guarded cluster's designated manager,
+			// whose renewals are the ones stored: it runs a leaseguard
+			// replica too (one on each worker).
+			designatedNS, node := ns.designatedNode(t)
+			victim, rate := c.replicaOn(t, node)
 			killed := time.Now()
 			if err := target.NodeFault(ctx, "node-kill", node); err != nil {
 				t.Fatal(err)
@@ -297,9 +416,9 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.waitDeploymentAvailable(t, 2, nil)
-			return fmt.Sprintf("worker %s killed (SIGKILL, nothing deleted) with the replica deciding %.1f reviews/s: its endpoint stayed ready %s, until the node went NotReady; "+
+			return fmt.Sprintf("worker %s killed (SIGKILL, nothing deleted) with the designated manager (namespace %s) and the replica deciding %.1f reviews/s: its endpoint stayed ready %s, until the node went NotReady; "+
 				"node started again after %s, both replicas ready %s later",
-				node, rate, stale.Round(time.Second), restart.Sub(killed).Round(time.Second), time.Since(restart).Round(time.Second))
+				node, designatedNS, rate, stale.Round(time.Second), restart.Sub(killed).Round(time.Second), time.Since(restart).Round(time.Second))
 		})
 		assertHeld(t, r)
 	})
@@ -341,7 +460,7 @@ func TestFaults(t *testing.T) {
 		assertHeld(t, r)
 	})
 
-	report := renderReport(results)
+	report := renderReport(results) + "\n" + renderNamespaceMode(results)
 	t.Log("\n" + report)
 	if path := os.Getenv("FAULTS_REPORT"); path != "" {
 		if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
@@ -372,12 +491,16 @@ func (c *cluster) prepareNamespaces(t *testing.T) {
 	for _, team := range teams {
 		subjects = append(subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: "User", Name: manager(team)})
 	}
-	subjects = append(subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:serviceaccount:default:intruder"})
+	subjects = append(subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:serviceaccount:default:intruder"},
+		rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: "User", Name: controlWriter})
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: rbacName},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}},
 			{APIGroups: []string{"multicluster.core.cnrm.cloud.google.com"}, Resources: []string{"multiclusterleases", "multiclusterleases/status"}, Verbs: []string{"*"}},
+			// The control writes (evControl).
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"faults-control"}, Verbs: []string{"get", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 		},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
@@ -489,6 +612,23 @@ func (c *cluster) endpointReady(ip string) bool {
 // busiestReplica returns the replica that decided the most reviews over 5
 // s, and its rate: the API server keeps its connections to a replica, so a
 // fault on the other one might not touch a single call.
+// replicaOn returns the leaseguard replica on node and the reviews it
+// decides per second.
+func (c *cluster) replicaOn(t *testing.T, node string) (corev1.Pod, float64) {
+	t.Helper()
+	for _, p := range c.pods(t) {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		before := c.metrics.decisions(p.Status.PodIP)
+		const over = 5 * time.Second
+		time.Sleep(over)
+		return p, (c.metrics.decisions(p.Status.PodIP) - before) / over.Seconds()
+	}
+	t.Fatalf("no leaseguard replica on node %s", node)
+	return corev1.Pod{}, 0
+}
+
 func (c *cluster) busiestReplica(t *testing.T) (corev1.Pod, float64) {
 	t.Helper()
 	pods := c.pods(t)

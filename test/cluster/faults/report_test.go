@@ -19,9 +19,15 @@ type result struct {
 	// designated manager's renewals), and how many failed for a reason of
 	// the webhook's (refused, or denied by leaseguard).
 	guarded, failedGuarded int
-	// writes that found the API server itself unavailable.
-	apiDown         int
-	leadershipsLost int
+	// writes that found the API server itself unavailable, and of them
+	// those answered while the API server failed or stalled the control
+	// writes too (apiDownShared): its own outage, not leaseguard's.
+	apiDown, apiDownShared int
+	// control writes sent, and those that failed or took slowControl or
+	// longer; controlFrom and controlTo bound the trouble.
+	control, controlTrouble int
+	controlFrom, controlTo  time.Time
+	leadershipsLost         int
 	// identity changes sent and how many were admitted (wrongAdmissions);
 	// nonDesignated counts the guarded writes that were other managers'
 	// renewals of the shared MultiClusterLease.
@@ -41,8 +47,13 @@ type result struct {
 	// failedGuardedWrites).
 	staleRefused int
 	outcomes     map[string]int
-	examples     string
-	notes        string
+	// namespaceMode are the namespace-mode workload's figures, guarded
+	// cluster first.
+	namespaceMode []nsFigures
+	// election are the control plane's coordinated Leases' figures.
+	election []electionFigures
+	examples string
+	notes    string
 }
 
 func summarize(name string, events []event, d time.Duration) result {
@@ -55,7 +66,25 @@ func summarize(name string, events []event, d time.Duration) result {
 			examples = append(examples, fmt.Sprintf("%s %s %s: %s (%s)", e.at.Format("15:04:05.000"), e.kind, e.who, e.outcome, e.detail))
 		}
 	}
+	var trouble []event
 	for _, e := range events {
+		if e.kind != evControl {
+			continue
+		}
+		r.control++
+		if e.outcome != outAdmitted && e.outcome != outConflict || e.at.Sub(e.sent) >= slowControl {
+			r.controlTrouble++
+			trouble = append(trouble, e)
+			if r.controlFrom.IsZero() || e.sent.Before(r.controlFrom) {
+				r.controlFrom = e.sent
+			}
+			r.controlTo = later(r.controlTo, e.at)
+		}
+	}
+	for _, e := range events {
+		if e.kind == evControl {
+			continue
+		}
 		if e.kind == evLeadershipLost {
 			r.leadershipsLost++
 			r.outcomes[e.kind]++
@@ -65,6 +94,9 @@ func summarize(name string, events []event, d time.Duration) result {
 		r.outcomes[e.kind+"/"+e.outcome]++
 		if e.outcome == outAPIServerDown || e.outcome == outOther {
 			r.apiDown++
+			if whileControlFailed(e, trouble) {
+				r.apiDownShared++
+			}
 			example(e)
 		}
 		switch e.kind {
@@ -94,6 +126,61 @@ func summarize(name string, events []event, d time.Duration) result {
 	return r
 }
 
+// slowControl is how long a control write may take before it counts as the
+// API server in trouble: a ConfigMap update is milliseconds.
+const slowControl = 2 * time.Second
+
+// apiDownLookback is how long before its answer a failed write may have
+// been sent: the longest client timeout of the workload (the candidates'
+// renew deadline), and slack for the two clocks' reads.
+const apiDownLookback = renewDeadline + 2*time.Second
+
+// whileControlFailed tells whether e, a write that failed at the API
+// server, was in flight while a control write failed or stalled.
+func whileControlFailed(e event, trouble []event) bool {
+	for _, c := range trouble {
+		if !c.sent.After(e.at.Add(2*time.Second)) && !c.at.Before(e.at.Add(-apiDownLookback)) {
+			return true
+		}
+	}
+	return false
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// apiDownOwn are the writes that failed at the API server while it served
+// the control writes well: no outage of its own explains them, so a fault
+// of leaseguard's (a hung or dropped webhook call timing the client out)
+// may.
+func (r result) apiDownOwn() int { return r.apiDown - r.apiDownShared }
+
+// controlNote says, in the report, when the API server failed or stalled
+// the control writes.
+func (r result) controlNote() string {
+	if r.controlTrouble == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the API server itself failed or stalled %d of %d control writes (a ConfigMap no webhook sees) over %s from %s, and %d of the %d writes that failed at the API server were in flight then",
+		r.controlTrouble, r.control, r.controlTo.Sub(r.controlFrom).Round(100*time.Millisecond), r.controlFrom.Format("15:04:05"), r.apiDownShared, r.apiDown)
+}
+
+// joinNotes joins a report's notes, skipping empty ones.
+func joinNotes(a, b string) string {
+	a = strings.TrimPrefix(a, "; ")
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
 // failedGuardedWrites is failedGuarded, with the stale non-designated
 // renewals refused in a window where no webhook call failed open: there
 // the mutating webhook acknowledged every renewal it was sent, so a refusal
@@ -116,7 +203,10 @@ func (r result) staleNote() string {
 // assertClean fails on what the design promises never happens while at
 // least one replica serves: a guarded write that fails, a leadership lost,
 // an identity change admitted. API-server outages are no fault of the
-// webhook's and are reported, not failed, unless strict.
+// webhook's and are reported, not failed, unless strict; strict, a write
+// that failed at the API server fails the test unless the control writes
+// show the API server in trouble of its own at that moment (a CI machine
+// starving the kind node once kept it away 40 s in a rolling restart).
 //
 // No webhook call may fail open either. An API server keeps HTTP/1.1
 // connections to a replica; one that reused its idle connection just as
@@ -132,8 +222,8 @@ func assertClean(t *testing.T, r result, strict bool) {
 		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d webhook calls failed open (at most %d allowed); first ones:\n%s",
 			r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.failOpen, failOpenAllowed, r.examples)
 	}
-	if strict && r.apiDown > 0 {
-		t.Errorf("%s: %d writes failed at the API server itself:\n%s", r.name, r.apiDown, r.examples)
+	if strict && r.apiDownOwn() > 0 {
+		t.Errorf("%s: %d writes failed at the API server while it served the control writes well:\n%s", r.name, r.apiDownOwn(), r.examples)
 	}
 }
 
@@ -146,9 +236,9 @@ func assertClean(t *testing.T, r result, strict bool) {
 // failed, no leadership lost, no wrong admission, no API server error.
 func assertHeld(t *testing.T, r result) {
 	t.Helper()
-	if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDown > 0 {
-		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d API server errors; first ones:\n%s",
-			r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.apiDown, r.examples)
+	if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDownOwn() > 0 {
+		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d API server errors while it served the control writes well; first ones:\n%s",
+			r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.apiDownOwn(), r.examples)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -75,7 +76,15 @@ const (
 	evIdentityChange = "identity change"
 	// A leader that lost its Lease, or a designation that moved.
 	evLeadershipLost = "leadership lost"
+	// An update of a ConfigMap no admission webhook or policy of
+	// leaseguard's sees, by a service account as the managers are: the
+	// control group that tells the API server's own outages (a restart,
+	// etcd or the node starved) from failures leaseguard causes.
+	evControl = "control write"
 )
+
+// controlWriter is the service account of the control writes.
+const controlWriter = "system:serviceaccount:leaseguard-e2e:faults-control"
 
 // Outcomes of a write.
 const (
@@ -117,11 +126,13 @@ func classify(err error) string {
 }
 
 type event struct {
-	at      time.Time
-	kind    string
-	who     string
-	outcome string
-	detail  string
+	// at is when the answer came; sent, when the write was sent (control
+	// writes only).
+	at, sent time.Time
+	kind     string
+	who      string
+	outcome  string
+	detail   string
 }
 
 // workload is the continuous lease traffic the faults are judged by: six
@@ -197,7 +208,8 @@ func startWorkload(t *testing.T, admin kubernetes.Interface, config *rest.Config
 			w.runCandidate(ctx, team, time.Duration(i)*retryPeriod/time.Duration(len(teams)))
 		}()
 	}
-	w.wg.Add(2)
+	w.wg.Add(3)
+	go func() { defer w.wg.Done(); w.writeControl(ctx) }()
 	go func() { defer w.wg.Done(); w.watchDesignation(ctx) }()
 	go func() { defer w.wg.Done(); w.probeIdentityChanges(ctx) }()
 	return w
@@ -332,6 +344,37 @@ func (w *workload) runCandidate(ctx context.Context, team string, phase time.Dur
 	}
 }
 
+// writeControl updates the control ConfigMap every half second, recording
+// when each update was sent and answered.
+func (w *workload) writeControl(ctx context.Context) {
+	configMaps := kubernetes.NewForConfigOrDie(impersonating(w.config, controlWriter, "")).CoreV1().ConfigMaps(e2eNS)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sent := time.Now()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "faults-control"}, Data: map[string]string{"n": fmt.Sprint(n)}}
+		_, err := configMaps.Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = configMaps.Create(ctx, cm, metav1.CreateOptions{})
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		e := event{at: time.Now(), sent: sent, kind: evControl, who: controlWriter, outcome: classify(err)}
+		if err != nil {
+			e.detail = err.Error()
+		}
+		w.mu.Lock()
+		w.events = append(w.events, e)
+		w.mu.Unlock()
+	}
+}
+
 // watchDesignation records a move of the shared lease's designation away
 // from team-a: the designated manager lost its lease.
 func (w *workload) watchDesignation(ctx context.Context) {
@@ -358,6 +401,16 @@ func (w *workload) watchDesignation(ctx context.Context) {
 
 var errSkipped = errors.New("probe not applicable now")
 
+const (
+	// probeLead is how much of its lease a lease must have left for a
+	// probe to be sent against it.
+	probeLead = 3 * time.Second
+	// probeMargin is how much a probe's answer must come before the lease
+	// it read expires to be judged: leaseguard's clock and this one are the
+	// host's, but the answer reaches this process after the decision.
+	probeMargin = time.Second
+)
+
 // probeIdentityChanges sends, every 2 s, each write that would change who
 // holds or writes a lease, as dry runs (they never change anything even if
 // wrongly admitted): the policy must refuse every one.
@@ -369,39 +422,58 @@ func (w *workload) probeIdentityChanges(ctx context.Context) {
 	for _, team := range teams {
 		mclAs[manager(team)] = w.mcls(manager(team), "")
 	}
-	// asNotDesignated sends write as a manager the shared lease does not
-	// designate now: after an outage longer than the lease, another
-	// manager's renewal takes the designation over (the protocol), and that
-	// manager is then the designated one. A write admitted while the
-	// designation moved to its sender is not judged.
-	designated := func() (string, error) {
+	// A probe is judged only against the object it read, while that
+	// object's lease is fresh: the write carries the resourceVersion it
+	// read (a conflict means the lease moved on, and is not judged), and an
+	// answer that came when the lease may have expired is not judged
+	// either. After an outage longer than the lease, taking it over is the
+	// protocol; and a write that client-go retried across the outage
+	// reaches the policy long after the read.
+	judgeWhileFresh := func(renewed time.Time, duration time.Duration, err error) error {
+		if apierrors.IsConflict(err) || time.Now().After(renewed.Add(duration-probeMargin)) {
+			return errSkipped
+		}
+		return err
+	}
+	type sharedLease struct {
+		rv         string
+		designated string
+		renewed    time.Time
+		duration   time.Duration
+	}
+	readShared := func() (sharedLease, error) {
 		got, err := w.admin.CoreV1().RESTClient().Get().AbsPath("/apis", mclv1alpha1.Group, mclv1alpha1.Version,
 			"namespaces", e2eNS, "multiclusterleases", mclName).DoRaw(ctx)
 		if err != nil {
-			return "", err
+			return sharedLease{}, err
 		}
 		var mcl struct {
 			Metadata metav1.ObjectMeta `json:"metadata"`
+			Spec     struct {
+				RenewTime            metav1.MicroTime `json:"renewTime"`
+				LeaseDurationSeconds int64            `json:"leaseDurationSeconds"`
+			} `json:"spec"`
 		}
 		if err := json.Unmarshal(got, &mcl); err != nil {
-			return "", err
+			return sharedLease{}, err
 		}
-		return mcl.Metadata.Annotations[designation], nil
+		return sharedLease{rv: mcl.Metadata.ResourceVersion, designated: mcl.Metadata.Annotations[designation],
+			renewed: mcl.Spec.RenewTime.Time, duration: time.Duration(mcl.Spec.LeaseDurationSeconds) * time.Second}, nil
 	}
-	asNotDesignated := func(write func(sender string, mcl dynamic.ResourceInterface) error) error {
-		before, err := designated()
+	// asNotDesignated sends write as a manager the shared lease does not
+	// designate, while the designation is fresh: once it is stale (an
+	// outage longer than the lease), any manager may take it over.
+	asNotDesignated := func(write func(sender string, mcl dynamic.ResourceInterface, rv string) error) error {
+		shared, err := readShared()
 		if err != nil {
 			return err
 		}
+		if time.Now().After(shared.renewed.Add(shared.duration - probeLead)) {
+			return errSkipped
+		}
 		for _, team := range teams {
-			if sender := manager(team); sender != before {
-				err := write(sender, mclAs[sender])
-				if err == nil {
-					if after, rerr := designated(); rerr == nil && after == sender {
-						return errSkipped
-					}
-				}
-				return err
+			if sender := manager(team); sender != shared.designated {
+				return judgeWhileFresh(shared.renewed, shared.duration, write(sender, mclAs[sender], shared.rv))
 			}
 		}
 		return errSkipped
@@ -422,8 +494,11 @@ func (w *workload) probeIdentityChanges(ctx context.Context) {
 			}
 			// Only a fresh lease must be refused: once expired (the API
 			// server away longer than the lease), taking it is the protocol.
-			if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil ||
-				time.Since(lease.Spec.RenewTime.Time) > time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second-3*time.Second {
+			if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+				return errSkipped
+			}
+			renewed, duration := lease.Spec.RenewTime.Time, time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second
+			if time.Now().After(renewed.Add(duration - probeLead)) {
 				return errSkipped
 			}
 			replica := 1
@@ -434,10 +509,10 @@ func (w *workload) probeIdentityChanges(ctx context.Context) {
 			if lease.Spec.LeaseTransitions != nil {
 				transitions = *lease.Spec.LeaseTransitions
 			}
-			patch := fmt.Sprintf(`{"spec":{"holderIdentity":%q,"acquireTime":%q,"renewTime":%q,"leaseTransitions":%d}}`,
-				podName("team-a", replica)+"_probe", micro(time.Now()), micro(time.Now()), transitions+1)
+			patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"holderIdentity":%q,"acquireTime":%q,"renewTime":%q,"leaseTransitions":%d}}`,
+				lease.ResourceVersion, podName("team-a", replica)+"_probe", micro(time.Now()), micro(time.Now()), transitions+1)
 			_, err = w.leasesAs("team-a", replica).CoordinationV1().Leases(e2eNS).Patch(ctx, "kcc-leader-team-a", types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: dry})
-			return err
+			return judgeWhileFresh(renewed, duration, err)
 		}},
 		{"a manager creates a lease not bound to it", func() error {
 			lease := []byte(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"kcc-leader-team-z","namespace":"` + e2eNS +
@@ -446,15 +521,15 @@ func (w *workload) probeIdentityChanges(ctx context.Context) {
 			return err
 		}},
 		{"a non-designated manager takes the designation", func() error {
-			return asNotDesignated(func(sender string, mcl dynamic.ResourceInterface) error {
+			return asNotDesignated(func(sender string, mcl dynamic.ResourceInterface, rv string) error {
 				_, err := mcl.Patch(ctx, mclName, types.MergePatchType,
-					[]byte(`{"metadata":{"annotations":{"`+designation+`":"`+sender+`"}}}`), metav1.PatchOptions{DryRun: dry})
+					[]byte(`{"metadata":{"resourceVersion":"`+rv+`","annotations":{"`+designation+`":"`+sender+`"}}}`), metav1.PatchOptions{DryRun: dry})
 				return err
 			})
 		}},
 		{"a non-designated manager deletes the shared lease", func() error {
-			return asNotDesignated(func(_ string, mcl dynamic.ResourceInterface) error {
-				return mcl.Delete(ctx, mclName, metav1.DeleteOptions{DryRun: dry})
+			return asNotDesignated(func(_ string, mcl dynamic.ResourceInterface, rv string) error {
+				return mcl.Delete(ctx, mclName, metav1.DeleteOptions{DryRun: dry, Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 			})
 		}},
 		{"a manager writes the shared lease's status", func() error {

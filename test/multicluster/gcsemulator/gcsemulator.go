@@ -24,9 +24,16 @@ type Server struct {
 // Start serves the GCS JSON API over plain HTTP on 127.0.0.1 (a free port),
 // with bucket created. log receives the server's request log when set.
 func Start(bucket string, log io.Writer) (*Server, error) {
+	return Listen(bucket, "127.0.0.1", 0, log)
+}
+
+// Listen is Start on host:port (port 0: a free one); in a Pod, the
+// emulator that a cluster's controllers reach through a Service.
+func Listen(bucket, host string, port uint16, log io.Writer) (*Server, error) {
 	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{
 		Scheme: "http",
-		Host:   "127.0.0.1",
+		Host:   host,
+		Port:   port,
 		Writer: log,
 	})
 	if err != nil {

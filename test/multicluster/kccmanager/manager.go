@@ -72,9 +72,12 @@ type Config struct {
 	// LeaseName names the MultiClusterLease.
 	LeaseName string
 	// Base is an admin config of the cluster; the manager impersonates its
-	// ServiceAccount with the pod-name extra of a bound token.
-	Base *rest.Config
-	Log  logr.Logger
+	// ServiceAccount with the pod-name extra of a bound token. With
+	// OwnIdentity, Base is already the manager's (in a Pod: the rest.Config
+	// of its ServiceAccount's bound token) and is used as it is.
+	Base        *rest.Config
+	OwnIdentity bool
+	Log         logr.Logger
 	// Floor, when set, sends renewals as no-ops as FloorRenewals says: the
 	// curve's floor mode only.
 	Floor *FloorRenewals
@@ -161,9 +164,11 @@ func (m *Manager) WriteLatencies(from, to time.Time) []time.Duration {
 func Start(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, done: make(chan struct{}), codes: map[int]int64{}, readErrs: map[string]int64{}, sent: map[string]bool{}}
 	rc := rest.CopyConfig(cfg.Base)
-	rc.Impersonate = rest.ImpersonationConfig{
-		UserName: cfg.Username(),
-		Extra:    map[string][]string{"authentication.kubernetes.io/pod-name": {cfg.Pod()}},
+	if !cfg.OwnIdentity {
+		rc.Impersonate = rest.ImpersonationConfig{
+			UserName: cfg.Username(),
+			Extra:    map[string][]string{"authentication.kubernetes.io/pod-name": {cfg.Pod()}},
+		}
 	}
 	rc.UserAgent = UserAgent
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{m: m, next: rt} })
@@ -268,6 +273,9 @@ func (m *Manager) Kill() {
 	m.exitWith("killed by the test", true)
 	<-m.done
 }
+
+// Done is closed once the manager has stopped: it exited or was killed.
+func (m *Manager) Done() <-chan struct{} { return m.done }
 
 // Config returns the manager's configuration.
 func (m *Manager) Config() Config { return m.cfg }

@@ -48,6 +48,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -79,7 +80,11 @@ type Options struct {
 	Bucket  string
 	// Name names the controller; unique within the process.
 	Name string
-	Log  logr.Logger
+	// Namespaces, when set, are the only namespaces whose
+	// MultiClusterLeases it watches and reconciles (in a shared cluster:
+	// the controller's Role is granted there only).
+	Namespaces []string
+	Log        logr.Logger
 }
 
 // Controller is one cluster's MultiClusterLease controller.
@@ -104,8 +109,16 @@ func New(o Options) (*Controller, error) {
 	if o.Config == nil || o.Storage == nil || o.Bucket == "" || o.Name == "" {
 		return nil, errors.New("mclcontroller: Config, Storage, Bucket and Name are required")
 	}
+	var watched map[string]cache.Config
+	for _, ns := range o.Namespaces {
+		if watched == nil {
+			watched = map[string]cache.Config{}
+		}
+		watched[ns] = cache.Config{}
+	}
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
 		Scheme:                 runtime.NewScheme(),
+		Cache:                  cache.Options{DefaultNamespaces: watched},
 		Logger:                 o.Log,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

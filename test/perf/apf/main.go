@@ -11,6 +11,22 @@
 // flood's throughput and how many managers lost leadership
 // (docs/operations.md, "API Priority and Fairness").
 //
+// Two more phases, run last in each round, measure floors no flow schema
+// can go below on this machine:
+//   - the flooding client's CPU: no flood, but this process burns the CPU
+//     the flooding client itself used in that round's flood under
+//     leaseguard's flow schemas (its CPU above the phase without the
+//     flood). No server-side configuration takes that CPU back from a
+//     machine the client shares with the API server.
+//   - one seat: the flood with one request in flight. Flow control is
+//     work-conserving: a priority level that admits a flow at all keeps at
+//     least one seat busy with it while it has requests waiting, so one
+//     seat of lease writes is the least server work any configuration
+//     that does not refuse the flooding manager leaves.
+//
+// The report states each phase's p99 against them too. Each window also
+// records the CPU of kube-apiserver, etcd and this process (/proc).
+//
 //	go run ./apf -managers 100 -rounds 3 -window 30s
 package main
 
@@ -19,6 +35,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -29,6 +46,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -45,6 +63,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/test/procstat"
 )
 
 const (
@@ -67,13 +86,33 @@ type phase struct {
 	name  string
 	flood bool
 	apf   bool // leaseguard's flow schemas installed
+	// burn: this process burns the flooding client's CPU (a floor).
+	burn bool
+	// inFlight, when set, is the flood's requests in flight instead of
+	// -flood-in-flight (one: the one-seat floor).
+	inFlight int
 }
 
+// The phase indexes the report refers to.
+const (
+	noFlood = iota
+	floodDefault
+	floodLeaseguard
+	floor
+	oneSeat
+)
+
 var phases = []phase{
-	{"no flood", false, true},
-	{"flood, default flow schemas", true, false},
-	{"flood, leaseguard's flow schemas", true, true},
+	noFlood:         {name: "no flood", apf: true},
+	floodDefault:    {name: "flood, default flow schemas", flood: true},
+	floodLeaseguard: {name: "flood, leaseguard's flow schemas", flood: true, apf: true},
+	floor:           {name: "floor: no flood, the flooding client's CPU burnt", apf: true, burn: true},
+	oneSeat:         {name: "floor: the flood with one request in flight (one seat)", flood: true, apf: true, inFlight: 1},
 }
+
+// rotating are the phases run in a rotating order; the floors run after
+// them, once the CPU to burn is known.
+const rotating = 3
 
 // result is one window of one phase.
 type result struct {
@@ -88,6 +127,11 @@ type result struct {
 	// seats is the lease writers' priority level's concurrency limit, as
 	// the API server computed it (0 when not installed).
 	seats float64
+	// cpu is the CPU seconds per second of the window, by process:
+	// kube-apiserver, etcd, and this one (managers, probe, flood, burn).
+	cpu map[string]float64
+	// burnt is the CPU (cores) the floor phase burnt.
+	burnt float64
 }
 
 func main() {
@@ -257,9 +301,17 @@ func sample(line string) (string, map[string]string, float64, bool) {
 // round by round, and returns each window's result.
 func runRounds(ctx context.Context, o options, cfg *rest.Config, cs kubernetes.Interface, apply func(bool) error) ([]*result, error) {
 	var results []*result
+	procs, err := procstat.FindChildren(map[string]bool{"kube-apiserver": true, "etcd": true})
+	if err != nil {
+		return nil, err
+	}
 	for round := range o.rounds {
-		for k := range phases {
-			i := (k + round) % len(phases)
+		byPhase := map[int]*result{}
+		for k := range len(phases) {
+			i := (k + round) % rotating
+			if k >= rotating {
+				i = k
+			}
 			p := phases[i]
 			if err := apply(p.apf); err != nil {
 				return nil, err
@@ -269,19 +321,36 @@ func runRounds(ctx context.Context, o options, cfg *rest.Config, cs kubernetes.I
 			fctx, stopFlood := context.WithCancel(ctx)
 			var fw sync.WaitGroup
 			if p.flood {
-				if err := flood(fctx, &fw, cfg, o.floodInFlight, r); err != nil {
+				inFlight := o.floodInFlight
+				if p.inFlight > 0 {
+					inFlight = p.inFlight
+				}
+				if err := flood(fctx, &fw, cfg, inFlight, r); err != nil {
 					stopFlood()
 					return nil, err
 				}
+			}
+			if p.burn {
+				// The flooding client's own CPU in this round's flood
+				// under leaseguard's flow schemas.
+				r.burnt = max(0, byPhase[floodLeaseguard].cpu[self]-byPhase[noFlood].cpu[self])
+				burn(fctx, &fw, r.burnt)
 			}
 			sleep(ctx, o.settle)
 			atomic.StoreInt64(&r.flooded, 0)
 			atomic.StoreInt64(&r.throttled, 0)
 			before, _, errBefore := flowControl(ctx, cs)
+			cpuBefore, start := readCPU(procs), time.Now()
 			r.latencies, r.errors = probe(ctx, cfg, o.window, o.probeEvery)
+			cpuAfter, elapsed := readCPU(procs), time.Since(start).Seconds()
 			after, seats, errAfter := flowControl(ctx, cs)
 			stopFlood()
 			fw.Wait()
+			r.cpu = map[string]float64{}
+			for name, v := range cpuAfter {
+				r.cpu[name] = (v - cpuBefore[name]) / elapsed
+			}
+			byPhase[i] = r
 			if errBefore != nil || errAfter != nil {
 				return nil, fmt.Errorf("reading the API server's metrics: %v %v", errBefore, errAfter)
 			}
@@ -293,6 +362,44 @@ func runRounds(ctx context.Context, o options, cfg *rest.Config, cs kubernetes.I
 		}
 	}
 	return results, nil
+}
+
+// self names this process in a result's cpu.
+const self = "this process (managers, probe, flood)"
+
+// readCPU returns the CPU seconds so far of kube-apiserver, etcd and this
+// process.
+func readCPU(procs map[string]int) map[string]float64 {
+	cpu := procstat.ReadCPU(procs)
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		cpu[self] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	return cpu
+}
+
+// burn keeps cores of CPU busy until ctx ends: goroutines each spinning for
+// their share of every 10 ms and sleeping the rest, as the flooding
+// client's goroutines are busy in bursts.
+func burn(ctx context.Context, wg *sync.WaitGroup, cores float64) {
+	const slot = 10 * time.Millisecond
+	n := int(math.Ceil(cores))
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			busy := time.Duration(cores / float64(n) * float64(slot))
+			x := 0
+			for ctx.Err() == nil {
+				start := time.Now()
+				for time.Since(start) < busy {
+					x++
+				}
+				time.Sleep(slot - busy)
+			}
+			_ = x
+		}()
+	}
 }
 
 // grantProbe lets the probe's service account read and write ConfigMaps in
@@ -413,8 +520,19 @@ func probe(ctx context.Context, base *rest.Config, window, every time.Duration) 
 func report(o options, results []*result, lost int64) {
 	fmt.Printf("`make measure-apf` (`go run ./apf -managers %d -rounds %d -window %s -flood-in-flight %d`), %s, %d cores, %s:\n\n",
 		o.managers, o.rounds, o.window, o.floodInFlight, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
-	fmt.Println("| phase | probe requests | p50 | p99 | p99 / no flood | probe errors | flood writes/s | flood 429/s |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| phase | probe requests | p50 | p99 | p99 / no flood | p99 / client-CPU floor | p99 / one-seat floor | probe errors | flood writes/s | flood 429/s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	p99s := make([]time.Duration, len(phases))
+	for i := range phases {
+		var lat []time.Duration
+		for _, r := range results {
+			if r.phase == i {
+				lat = append(lat, r.latencies...)
+			}
+		}
+		slices.Sort(lat)
+		p99s[i] = quantile(lat, 0.99)
+	}
 	var baseP99 time.Duration
 	for i, p := range phases {
 		var lat []time.Duration
@@ -436,8 +554,30 @@ func report(o options, results []*result, lost int64) {
 			baseP99 = p99
 		}
 		secs := float64(n) * o.window.Seconds()
-		fmt.Printf("| %s | %d | %s | %s | %.2f× | %d | %.0f | %.0f |\n", p.name, len(lat), ms(p50), ms(p99),
-			float64(p99)/float64(baseP99), errs, float64(flooded)/secs, float64(throttled)/secs)
+		fmt.Printf("| %s | %d | %s | %s | %.2f× | %.2f× | %.2f× | %d | %.0f | %.0f |\n", p.name, len(lat), ms(p50), ms(p99),
+			float64(p99)/float64(baseP99), float64(p99)/float64(p99s[floor]), float64(p99)/float64(p99s[oneSeat]), errs, float64(flooded)/secs, float64(throttled)/secs)
+	}
+	fmt.Println("\nCPU per phase, cores (CPU seconds per second of the windows, /proc): the floor burns what the flooding client used, the flood under leaseguard's flow schemas less the phase without the flood, round by round.")
+	fmt.Println()
+	fmt.Println("| phase | kube-apiserver | etcd | this process | of which burnt | machine |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for i, p := range phases {
+		sum, n := map[string]float64{}, 0
+		var burnt float64
+		for _, r := range results {
+			if r.phase == i {
+				for k, v := range r.cpu {
+					sum[k] += v
+				}
+				burnt += r.burnt
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		fn := float64(n)
+		fmt.Printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", p.name, sum["kube-apiserver"]/fn, sum["etcd"]/fn, sum[self]/fn, burnt/fn, sum[procstat.Machine]/fn)
 	}
 	fmt.Printf("\nLeaderships lost over the whole run: %d of %d managers' elections.\n", lost, o.managers)
 	fmt.Println("\nRequests the API server's flow control dispatched per second, by priority level (apiserver_flowcontrol_dispatched_requests_total):")

@@ -3,7 +3,7 @@
 //
 //	go run ./dashshot -o ../../docs/dashboard.png   # make dashboard-png
 //
-// It starts a real kube-apiserver and etcd (test/controlplane) with
+// It starts a real kube-apiserver and etcd (internal/controlplane) with
 // leaseguard's admission configuration for config/samples/policy.yaml
 // (Config Connector namespace mode; as shipped: early renewals coalesced and
 // the other managers' shared renewals acknowledged by the

@@ -11,7 +11,7 @@
 // (sink=noop). Reported per round: events delivered, peak RSS, Go heap,
 // CPU per event, and each lease's reported writes/s against the truth.
 //
-// apiserver: a real kube-apiserver and etcd (test/controlplane), --leases
+// apiserver: a real kube-apiserver and etcd (internal/controlplane), --leases
 // Leases written by --writers goroutines every --period, and the real
 // `leaseguard top --once -A -o json` binary watching them; its rates are
 // compared with the writes the API server acknowledged, and its peak RSS
