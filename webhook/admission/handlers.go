@@ -1,13 +1,15 @@
 package admission
 
 import (
-	"encoding/json"
+	"context"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/webhook/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
@@ -28,7 +30,7 @@ const (
 )
 
 // Validator is the validating webhook: it enforces docs/design.md §4 on
-// every guarded write.
+// every guarded write. It is a controller-runtime admission.Handler.
 type Validator struct {
 	// OnlyRenewals marks the handler of RenewalsPath, the fail-open
 	// webhook's (for its metrics label); it decides as the other does.
@@ -42,24 +44,33 @@ type Validator struct {
 	LeaseStats *leasestats.Stats
 }
 
+var (
+	_ cradmission.Handler = (*Validator)(nil)
+	_ cradmission.Handler = (*Designator)(nil)
+)
+
 // Handler returns the http.Handler serving the validating webhook.
 func (v *Validator) Handler() http.Handler {
-	return &handler{d: v, metrics: v.Metrics, log: v.Log, now: v.Now}
+	return newHandler(v, v.refusals())
 }
 
-func (v *Validator) webhook() string {
+// refusals: validation refuses what it cannot read.
+func (v *Validator) refusals() unreadable {
+	name := "validate"
 	if v.OnlyRenewals {
-		return "renewals"
+		name = "renewals"
 	}
-	return "validate"
+	return unreadable{webhookName: name, refuse: true, metrics: v.Metrics, log: v.Log}
 }
 
-// refusesUnreadable: validation refuses what it cannot read.
-func (v *Validator) refusesUnreadable() bool { return true }
-
-func (v *Validator) decide(r *Review) Answer {
+// Handle decides one admission request (controller-runtime's
+// admission.Handler).
+func (v *Validator) Handle(_ context.Context, ar cradmission.Request) cradmission.Response {
+	req, err := toPolicyRequest(&ar.AdmissionRequest, now(v.Now))
+	if err != nil {
+		return v.refusals().answer(string(ar.UID), http.StatusBadRequest, err, "unreadable")
+	}
 	start := time.Now()
-	req := r.Request
 	// Every handler decides every write it receives against the policy it
 	// holds, never "allowed because the other webhook decides": after a
 	// policy reload the API server may still route by the match
@@ -82,16 +93,24 @@ func (v *Validator) decide(r *Review) Answer {
 	}
 	if d.Notice != "" {
 		v.Metrics.UnreadableStored(req.Resource)
-		v.Log.Info("stored lease has an unreadable field", "uid", r.UID, "notice", d.Notice)
+		v.Log.Info("stored lease has an unreadable field", "uid", ar.UID, "notice", d.Notice)
 	}
 	return Response(&d)
+}
+
+// now reads the server clock: clock when set, else time.Now.
+func now(clock func() time.Time) time.Time {
+	if clock != nil {
+		return clock()
+	}
+	return time.Now()
 }
 
 // Response turns a decision into the answer the API server returns to the
 // client: a 403 or 429 Status for a denial (with Retry-After seconds for a
 // 429), a warning kubectl prints for warn, a plain allow otherwise.
-func Response(d *policy.Decision) Answer {
-	var a Answer
+func Response(d *policy.Decision) cradmission.Response {
+	var a cradmission.Response
 	switch d.Verdict {
 	case policy.Deny:
 		status := &metav1.Status{
@@ -104,7 +123,8 @@ func Response(d *policy.Decision) Answer {
 			status.Reason = metav1.StatusReasonTooManyRequests
 			status.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds(d.RetryAfter)}
 		}
-		return Answer{Status: status}
+		a.Result = status
+		return a
 	case policy.Warn:
 		a.Warnings = append(a.Warnings, d.Message)
 	}
@@ -130,7 +150,8 @@ func retryAfterSeconds(d time.Duration) int32 {
 // managers that are not designated without storing them (policy.Acknowledge),
 // and, where the policy coalesces renewals and the
 // MutatingAdmissionPolicy is not used, sets an early renewal's renewTime back
-// to the stored one. It never refuses a write.
+// to the stored one. It never refuses a write. It is a controller-runtime
+// admission.Handler.
 type Designator struct {
 	Policies PolicySource
 	Metrics  *metrics.Recorder
@@ -140,30 +161,29 @@ type Designator struct {
 
 // Handler returns the http.Handler serving the mutating webhook.
 func (m *Designator) Handler() http.Handler {
-	return &handler{d: m, metrics: m.Metrics, log: m.Log, now: m.Now}
+	return newHandler(m, m.refusals())
 }
 
-func (m *Designator) webhook() string { return "mutate" }
-
-// refusesUnreadable: the mutating webhook leaves an unreadable request to
+// refusals: the mutating webhook leaves an unreadable request to
 // validation, which refuses it; mutating it would only hide the error.
-func (m *Designator) refusesUnreadable() bool { return false }
+func (m *Designator) refusals() unreadable {
+	return unreadable{webhookName: "mutate", metrics: m.Metrics, log: m.Log}
+}
 
 // maxPatchedValueBytes bounds a value the mutating webhook writes into a
 // patch: a username (Kubernetes names are at most 253 bytes, a service
 // account's username under 320) or a stored renewTime (about 30 bytes).
 const maxPatchedValueBytes = 1 << 10
 
-type patchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value"`
-}
-
-func (m *Designator) decide(r *Review) Answer {
-	req := r.Request
+// Handle answers one admission request with a patch or none
+// (controller-runtime's admission.Handler).
+func (m *Designator) Handle(_ context.Context, ar cradmission.Request) cradmission.Response {
+	req, err := toPolicyRequest(&ar.AdmissionRequest, now(m.Now))
+	if err != nil {
+		return m.refusals().answer(string(ar.UID), http.StatusBadRequest, err, "unreadable")
+	}
 	p := m.Policies.Policy()
-	var ops []patchOp
+	var ops []jsonpatch.JsonPatchOperation
 	// The patch echoes a stored time or a username: past the sizes a
 	// real lease carries, nothing is patched (the renewal is stored, the
 	// designation left to the manager or an operator), so that an answer
@@ -174,7 +194,7 @@ func (m *Designator) decide(r *Review) Answer {
 	}
 	if coalesce || acknowledge {
 		if len(req.Old.RenewTimeText) <= maxPatchedValueBytes {
-			ops = append(ops, patchOp{Op: "replace", Path: "/spec/renewTime", Value: req.Old.RenewTimeText})
+			ops = append(ops, jsonpatch.NewOperation("replace", "/spec/renewTime", req.Old.RenewTimeText))
 			if coalesce {
 				m.Metrics.Coalesced(req.Resource)
 			} else {
@@ -183,21 +203,14 @@ func (m *Designator) decide(r *Review) Answer {
 		}
 	} else if user, stamp := policy.Designate(p, req); stamp && len(user) <= maxPatchedValueBytes {
 		if !req.New.HasAnnotations {
-			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{policy.DesignationAnnotation: user}})
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{policy.DesignationAnnotation: user}))
 		} else {
-			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escapeJSONPointer(policy.DesignationAnnotation), Value: user})
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+escapeJSONPointer(policy.DesignationAnnotation), user))
 		}
 		m.Log.V(1).Info("designating manager", "user", policy.Clip(user), "namespace", policy.Clip(req.New.Namespace), "name", policy.Clip(req.New.Name))
 	}
-	if len(ops) == 0 {
-		return Answer{Allowed: true}
-	}
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		m.Log.Error(err, "encoding the patch")
-		return Answer{Allowed: true}
-	}
-	return Answer{Allowed: true, Patch: patch}
+	// controller-runtime's Webhook encodes the operations (Response.Complete).
+	return cradmission.Patched("", ops...)
 }
 
 func escapeJSONPointer(s string) string {

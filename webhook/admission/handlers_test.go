@@ -1,13 +1,20 @@
 package admission
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
 func TestValidatorVerdicts(t *testing.T) {
@@ -162,5 +169,68 @@ func TestRenewalsHandlerDecidesWhatTheFailClosedOneWould(t *testing.T) {
 	if got.Allowed || got.Result == nil || got.Result.Code != http.StatusForbidden ||
 		!strings.Contains(got.Result.Message, stranger+" is not a manager of multiclusterlease cnrm-system/kcc-leader") {
 		t.Fatalf("the renewals handler's answer to a stranger's renewal: %+v", got)
+	}
+}
+
+// The handlers are controller-runtime admission.Handlers: served by
+// controller-runtime's own Webhook (as a project that mounts them on its
+// webhook.Server would), they give the verdicts and patches leaseguard's
+// bounded front gives.
+func TestHandlersServedByControllerRuntimesWebhook(t *testing.T) {
+	spec := `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`
+	shared := review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
+		oldObject: mcl(designA, spec), object: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.500000Z"`)}
+	stranger := shared
+	stranger.user = "system:serviceaccount:default:intruder"
+	v := &Validator{Policies: testPolicySource(t), Log: logr.Discard(), Now: func() time.Time { return testNow }}
+	m := &Designator{Policies: testPolicySource(t), Log: logr.Discard(), Now: func() time.Time { return testNow }}
+	for _, tc := range []struct {
+		name    string
+		handler cradmission.Handler
+		ours    http.Handler
+		review  review
+	}{
+		{"validating: a stranger's renewal", v, v.Handler(), stranger},
+		{"validating: a shared renewal", v, v.Handler(), shared},
+		{"mutating: a shared renewal acknowledged", m, m.Handler(), shared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, theirs := post(t, &cradmission.Webhook{Handler: tc.handler}, tc.review.json())
+			_, ours := post(t, tc.ours, tc.review.json())
+			if theirs.Allowed != ours.Allowed || theirs.UID != ours.UID || string(theirs.Patch) != string(ours.Patch) ||
+				(theirs.Result == nil) != (ours.Result == nil) || (ours.Result != nil && (theirs.Result.Code != ours.Result.Code || theirs.Result.Message != ours.Result.Message)) {
+				t.Fatalf("controller-runtime's Webhook answered %+v\nleaseguard's front answered %+v", theirs, ours)
+			}
+		})
+	}
+}
+
+// panickingPolicy stands for a defect in the decision core.
+type panickingPolicy struct{}
+
+func (panickingPolicy) Policy() *policy.Policy { panic("a defect in the decision core") }
+
+// A panic is the webhook failing, not a verdict: the connection is dropped
+// and the API server applies the webhook's failurePolicy. (controller-
+// runtime's default would answer a 500 denial, which on the fail-open
+// webhooks would refuse the holders' renewals.)
+func TestAPanicDropsTheConnectionInsteadOfDenying(t *testing.T) {
+	for _, h := range []http.Handler{
+		(&Validator{OnlyRenewals: true, Policies: panickingPolicy{}, Log: logr.Discard(), Now: func() time.Time { return testNow }}).Handler(),
+		(&Designator{Policies: panickingPolicy{}, Log: logr.Discard(), Now: func() time.Time { return testNow }}).Handler(),
+	} {
+		srv := httptest.NewUnstartedServer(h)
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // net/http logs the recovered panic
+		srv.Start()
+		body := review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
+			oldObject: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`),
+			object:    mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.500000Z"`)}.json()
+		resp, err := srv.Client().Post(srv.URL+ValidatePath, "application/json", bytes.NewReader(body))
+		if err == nil {
+			answer, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			t.Errorf("a panicking handler answered HTTP %d: %s", resp.StatusCode, answer)
+		}
+		srv.Close()
 	}
 }

@@ -14,7 +14,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/semaphore"
+	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
@@ -61,29 +64,39 @@ const answerWriteTimeout = 10 * time.Second
 // headBytes is how much of an oversized review is scanned for its UID.
 const headBytes = 64 << 10
 
-// decider answers one readable review.
-type decider interface {
-	decide(r *Review) Answer
-	webhook() string
-	refusesUnreadable() bool
-}
-
-// Answer is a webhook's answer to one review.
-type Answer struct {
-	Allowed  bool
-	Status   *metav1.Status
-	Warnings []string
-	// Patch is a JSONPatch for the mutating webhook.
-	Patch []byte
-}
-
-// handler is the HTTP side of a webhook: it reads the review, bounded in
-// size, lets the decider answer and writes the AdmissionReview response.
+// handler is the HTTP side of a webhook, in front of controller-runtime's
+// admission.Webhook: it reads the review (bounded in size and time, strict
+// in its JSON), hands the request to the Webhook's Handle and writes the
+// AdmissionReview response. It does not use the Webhook's own ServeHTTP,
+// because leaseguard must read differently:
+//   - reviews up to MaxReviewBytes (32 MiB): the largest lease the API
+//     server stores makes an 18 MB review, and refusing it at
+//     controller-runtime's 7 MiB would leave that lease with nobody able
+//     to repair it;
+//   - a 413 that carries the request's UID, read from the first bytes
+//     (without it the API server treats the answer as the webhook's
+//     failure);
+//   - the large bodies' memory shared under bodyBudget, and a busy answer
+//     (503) where there is no room;
+//   - the review decoded as the API machinery decodes it, duplicate keys
+//     refused (sigs.k8s.io/json).
 type handler struct {
-	d       decider
-	metrics *metrics.Recorder
-	log     logr.Logger
-	now     func() time.Time
+	wh *cradmission.Webhook
+	unreadable
+}
+
+// newHandler serves h behind controller-runtime's Webhook. A panic is not
+// recovered into an answer: controller-runtime would deny the write with a
+// 500, which on the fail-open webhooks would refuse renewals; net/http
+// drops the connection instead, and the API server applies the webhook's
+// failurePolicy. No logger per request: the handlers log their decisions.
+func newHandler(h cradmission.Handler, u unreadable) *handler {
+	wh := &cradmission.Webhook{
+		Handler:        h,
+		LogConstructor: func(base logr.Logger, _ *cradmission.Request) logr.Logger { return base },
+	}
+	wh.WithRecoverPanic(false)
+	return &handler{wh: wh, unreadable: u}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -97,69 +110,81 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// on a webhook after its timeout, at most 30 s.) Not every
 	// ResponseWriter can set it; the server's own can.
 	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	o := h.answer(r)
+	resp, busy := h.answer(r)
 	// The budgets were given back before writing: a client that does not
 	// read its answer holds only its connection, for answerWriteTimeout.
 	_ = rc.SetWriteDeadline(time.Now().Add(answerWriteTimeout))
-	if o.busy != nil {
+	if busy != nil {
 		// No room to decide is the webhook failing, not a verdict: the
 		// API server applies the configuration's failurePolicy (the
 		// holder's plain renewals pass, identity changes are refused).
 		// No Retry-After: the API server's client would retry until the
 		// webhook's timeout instead of failing at once.
-		http.Error(w, "leaseguard: "+o.busy.Error(), http.StatusServiceUnavailable)
+		http.Error(w, "leaseguard: "+busy.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	h.write(w, o.uid, o.answer)
-}
-
-// outcome is what a review is answered: an AdmissionResponse, or busy.
-type outcome struct {
-	uid    string
-	answer Answer
-	busy   error
+	h.write(w, resp)
 }
 
 // answer reads, checks and decides a review within the budgets, which it
-// gives back when it returns.
-func (h *handler) answer(r *http.Request) outcome {
+// gives back when it returns; or says it found no room (busy).
+func (h *handler) answer(r *http.Request) (resp cradmission.Response, busy error) {
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-		return h.refuseUnread("", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable")
+		return h.unreadable.answer("", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable"), nil
 	}
 	var held bodyReservation
 	defer held.release()
 	body, err := h.readBody(r, &held)
 	if err != nil {
 		var big *tooLarge
-		var busy *bodyBusy
+		var noRoom *bodyBusy
 		switch {
 		case errors.As(err, &big):
-			return h.refuseUnread(big.uid, http.StatusRequestEntityTooLarge, err, "too_large")
-		case errors.As(err, &busy):
-			return h.busy(err)
+			return h.unreadable.answer(big.uid, http.StatusRequestEntityTooLarge, err, "too_large"), nil
+		case errors.As(err, &noRoom):
+			h.metrics.BadRequest(h.webhook(), "busy")
+			h.log.Info("no room to read an admission request", "error", err.Error())
+			return resp, err
 		}
-		return h.refuseUnread("", http.StatusBadRequest, err, "unreadable")
+		return h.unreadable.answer("", http.StatusBadRequest, err, "unreadable"), nil
 	}
-	h.metrics.ReviewSize(h.d.webhook(), len(body))
-	now := time.Now()
-	if h.now != nil {
-		now = h.now()
-	}
-	review, err := ParseReview(body, now)
+	h.metrics.ReviewSize(h.webhook(), len(body))
+	review, err := decodeReview(body)
 	if err != nil {
-		return h.refuseUnread(scanUID(body[:min(len(body), headBytes)]), http.StatusBadRequest, err, "unreadable")
+		return h.unreadable.answer(scanUID(body[:min(len(body), headBytes)]), http.StatusBadRequest, err, "unreadable"), nil
 	}
-	if review.Err != nil {
-		return h.refuseUnread(review.UID, http.StatusBadRequest, review.Err, "unreadable")
+	if review.err != nil {
+		return h.unreadable.answer(string(review.request.UID), http.StatusBadRequest, review.err, "unreadable"), nil
 	}
-	return outcome{uid: review.UID, answer: h.d.decide(review)}
+	return h.wh.Handle(r.Context(), cradmission.Request{AdmissionRequest: *review.request}), nil
 }
 
-// busy counts and logs a review refused for want of room.
-func (h *handler) busy(err error) outcome {
-	h.metrics.BadRequest(h.d.webhook(), "busy")
-	h.log.Info("no room to read an admission request", "error", err.Error())
-	return outcome{busy: err}
+// unreadable answers a review, or a request in it, that leaseguard could
+// not read: denied where the webhook refuses what it cannot read (the
+// validating ones), allowed where it leaves that to them (the mutating
+// one); counted and logged, with the UID when it is known. Without a UID
+// the API server cannot match the answer and treats it as the webhook's
+// failure.
+type unreadable struct {
+	webhookName string
+	refuse      bool
+	metrics     *metrics.Recorder
+	log         logr.Logger
+}
+
+// webhook names the webhook in metrics.
+func (u unreadable) webhook() string { return u.webhookName }
+
+func (u unreadable) answer(uid string, code int32, err error, reason string) cradmission.Response {
+	u.metrics.BadRequest(u.webhook(), reason)
+	resp := cradmission.Allowed("")
+	if u.refuse {
+		refusal := badRequest(err)
+		u.log.Info("refused unreadable admission request", "uid", policy.Clip(uid), "reason", reason, "error", refusal.Error())
+		resp = cradmission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Result: failure(code, refusal)}}
+	}
+	resp.UID = types.UID(uid)
+	return resp
 }
 
 // bodyReservation is the room a large body holds in bodyBudget, taken as
@@ -322,19 +347,6 @@ func scanUID(head []byte) string {
 	}
 }
 
-// refuseUnread answers a review leaseguard could not read: denied, counted,
-// logged, with the UID when it is known. Without a UID the API server cannot
-// match the answer and treats it as the webhook's failure.
-func (h *handler) refuseUnread(uid string, code int32, err error, reason string) outcome {
-	h.metrics.BadRequest(h.d.webhook(), reason)
-	if !h.d.refusesUnreadable() {
-		return outcome{uid: uid, answer: Answer{Allowed: true}}
-	}
-	refusal := badRequest(err)
-	h.log.Info("refused unreadable admission request", "uid", policy.Clip(uid), "reason", reason, "error", refusal.Error())
-	return outcome{uid: uid, answer: Answer{Status: failure(code, refusal)}}
-}
-
 func failure(code int32, err error) *metav1.Status {
 	return &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reasonFor(code), Message: err.Error()}
 }
@@ -368,32 +380,17 @@ func clipText(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
-// reviewResponse is the AdmissionReview leaseguard answers with.
-type reviewResponse struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	Response   responsePayload `json:"response"`
-}
-
-type responsePayload struct {
-	UID       string         `json:"uid"`
-	Allowed   bool           `json:"allowed"`
-	Status    *metav1.Status `json:"status,omitempty"`
-	Warnings  []string       `json:"warnings,omitempty"`
-	PatchType string         `json:"patchType,omitempty"`
-	Patch     []byte         `json:"patch,omitempty"`
-}
-
-func (h *handler) write(w http.ResponseWriter, uid string, a Answer) {
-	out := reviewResponse{APIVersion: reviewAPIVersion, Kind: reviewKind, Response: responsePayload{
-		UID: uid, Allowed: a.Allowed, Status: a.Status, Warnings: a.Warnings, Patch: a.Patch,
-	}}
-	if len(a.Patch) > 0 {
-		out.Response.PatchType = "JSONPatch"
+// write sends the AdmissionReview response; the Webhook's Handle has set
+// its UID and encoded its patch (Response.Complete), an unread review's
+// answer carries the UID it could find.
+func (h *handler) write(w http.ResponseWriter, resp cradmission.Response) {
+	out := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: reviewAPIVersion, Kind: reviewKind},
+		Response: &resp.AdmissionResponse,
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(&out); err != nil {
-		h.log.Error(err, "writing the admission response", "uid", uid)
+		h.log.Error(err, "writing the admission response", "uid", resp.UID)
 	}
 }
 

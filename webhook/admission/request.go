@@ -61,6 +61,30 @@ const maxErrorText = 512
 // AdmissionReview at all is an error; a review that is, but whose request
 // cannot be decided, comes back with Err set and the UID to answer to.
 func ParseReview(body []byte, now time.Time) (*Review, error) {
+	d, err := decodeReview(body)
+	if err != nil {
+		return nil, err
+	}
+	r := &Review{UID: string(d.request.UID), Err: d.err}
+	if r.Err == nil {
+		r.Request, r.Err = toPolicyRequest(d.request, now)
+	}
+	return r, nil
+}
+
+// decodedReview is an AdmissionReview's request as the wire brought it,
+// and what the strict decoder found wrong with the review's JSON.
+type decodedReview struct {
+	request *admissionv1.AdmissionRequest
+	err     error
+}
+
+// decodeReview reads an AdmissionReview body as the API machinery does. A
+// body that is not an AdmissionReview at all, or carries no request to
+// answer, is an error; a review whose JSON breaks a strict rule (a
+// duplicate key, a value of the wrong type) comes back with err set and
+// the request's UID.
+func decodeReview(body []byte) (*decodedReview, error) {
 	var review admissionv1.AdmissionReview
 	strict, err := kjson.UnmarshalStrict(body, &review, kjson.DisallowDuplicateFields)
 	if ok, _ := kjson.SyntaxErrorOffset(err); ok {
@@ -88,16 +112,14 @@ func ParseReview(body []byte, now time.Time) (*Review, error) {
 	if n := len(req.UID); n > maxUIDBytes {
 		return nil, fmt.Errorf("request.uid is %d bytes long: the API server sends a UUID", n)
 	}
-	r := &Review{UID: string(req.UID)}
+	d := &decodedReview{request: req}
 	switch {
 	case err != nil:
-		r.Err = reviewError(err)
+		d.err = reviewError(err)
 	case len(strict) > 0:
-		r.Err = reviewError(strict[0])
-	default:
-		r.Request, r.Err = toPolicyRequest(req, now)
+		d.err = reviewError(strict[0])
 	}
-	return r, nil
+	return d, nil
 }
 
 // reviewError names a field of the review the decoder could not read, by
