@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // forgedReview is a review of a release of it-hard/<name> by a stranger:
@@ -77,7 +77,7 @@ func handshakeRefusal(cert *tls.Certificate) error {
 }
 
 func webhookURL() string {
-	return "https://" + net.JoinHostPort(cp.WebhookHost, strconv.Itoa(cp.WebhookPort)) + admission.ValidatePath
+	return "https://" + net.JoinHostPort(cp.WebhookHost, strconv.Itoa(cp.WebhookPort)) + manifests.ValidatePath
 }
 
 func hardDenials(t *testing.T) float64 {
@@ -190,7 +190,7 @@ func TestUnauthenticatedFloodNeverMakesAGuardedWriteBusy(t *testing.T) {
 					continue
 				}
 				stop := context.AfterFunc(floodCtx, func() { conn.Close() })
-				_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"x\":\"", admission.ValidatePath, addr, 32<<20)
+				_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"x\":\"", manifests.ValidatePath, addr, 32<<20)
 				for err == nil && floodCtx.Err() == nil {
 					var n int
 					n, err = conn.Write(chunk)

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // peakRSS is a process's peak resident set (VmHWM), in bytes.
@@ -72,7 +72,7 @@ func TestConnectionFloodsStayBounded(t *testing.T) {
 	pooled := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 1}}
 	review := func(client *http.Client) (time.Duration, error) {
 		start := time.Now()
-		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+admission.ValidatePath, strings.NewReader(forgedReview("u-flood", "leader-flood")))
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+manifests.ValidatePath, strings.NewReader(forgedReview("u-flood", "leader-flood")))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
@@ -103,11 +103,11 @@ func TestConnectionFloodsStayBounded(t *testing.T) {
 	}{
 		{"1,700 connections trickling 64 KiB bodies", 1700, func(conn net.Conn) error {
 			_, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-				admission.ValidatePath, addr, 64<<10, strings.Repeat(" ", 64<<10-1))
+				manifests.ValidatePath, addr, 64<<10, strings.Repeat(" ", 64<<10-1))
 			return err
 		}},
 		{"130 connections sending 1 MiB of headers", 130, func(conn net.Conn) error {
-			_, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nX-Pad: %s", admission.ValidatePath, addr, strings.Repeat("h", 1<<20))
+			_, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nX-Pad: %s", manifests.ValidatePath, addr, strings.Repeat("h", 1<<20))
 			return err
 		}},
 	}

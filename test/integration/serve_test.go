@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // `leaseguard serve` refuses to start rather than serve without a good
@@ -118,7 +118,7 @@ func TestSIGTERMDrainsPooledConnections(t *testing.T) {
 	// post sends the review and reports whether it went over a pooled
 	// connection and whether leaseguard closes the connection after it.
 	post := func() (reused, closes bool, err error) {
-		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+admission.ValidatePath, strings.NewReader(review))
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+manifests.ValidatePath, strings.NewReader(review))
 		req.Header.Set("Content-Type", "application/json")
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}))
 		resp, err := client.Do(req)

@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
@@ -111,7 +112,7 @@ func TestBadInputIsRefusedWithAClearError(t *testing.T) {
 			} else {
 				body = bytes.NewReader(nil)
 			}
-			req := httptest.NewRequest(http.MethodPost, ValidatePath, body)
+			req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, body)
 			if tc.body == nil {
 				req.Body = http.NoBody
 			}
@@ -274,7 +275,7 @@ func FuzzDecodeAndDecide(f *testing.F) {
 	src := testPolicySource(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 		var out admissionv1.AdmissionReview

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // noopHandler admits everything without reading the objects: the baseline
@@ -32,7 +34,7 @@ func benchmarkHandler(b *testing.B, h http.Handler, body []byte) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
@@ -65,7 +66,7 @@ func withUnreadField(body, value []byte) []byte {
 func postBusy(t *testing.T, h http.Handler, body []byte, want string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	h.ServeHTTP(rec, req)
 	// No Retry-After: client-go would retry until the webhook's timeout.
@@ -177,7 +178,7 @@ func TestABodyIsHeldAsItArrives(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, ValidatePath, io.MultiReader(strings.NewReader(`{"apiVersion":`), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, io.MultiReader(strings.NewReader(`{"apiVersion":`), iotest.ErrReader(io.ErrUnexpectedEOF)))
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = 30 << 20
 	h.ServeHTTP(rec, req)
@@ -290,7 +291,7 @@ func TestAnUnreadAnswerHoldsNoBudget(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(large))
+		req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, bytes.NewReader(large))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(w, req)
 	}()
@@ -317,7 +318,7 @@ func TestADeclaredBodyReservesNothingUntilItArrives(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		req := httptest.NewRequest(http.MethodPost, ValidatePath, pr)
+		req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, pr)
 		req.Header.Set("Content-Type", "application/json")
 		req.ContentLength = 25 << 20
 		h.ServeHTTP(httptest.NewRecorder(), req)
@@ -378,7 +379,7 @@ func TestLargeBodiesReadAtOnceDoNotStarveEachOther(t *testing.T) {
 		}()
 		go func() {
 			rec := httptest.NewRecorder()
-			req := httptest.NewRequest(http.MethodPost, ValidatePath, pr)
+			req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, pr)
 			req.Header.Set("Content-Type", "application/json")
 			req.ContentLength = int64(len(body))
 			h.ServeHTTP(rec, req)

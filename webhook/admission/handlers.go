@@ -16,19 +16,6 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
-// Paths the webhooks are served on; the webhook configurations that
-// `leaseguard manifests` generates name the same paths.
-const (
-	ValidatePath = "/validate-leases"
-	// RenewalsPath serves the fail-open webhook, which the API server calls
-	// for every UPDATE that changes something; it decides those the
-	// fail-closed webhook does not (policy.FailClosed): the rightful
-	// renewers' renewals, metadata writes, and status writers' status
-	// writes (policy.StatusWriterStatusWrite).
-	RenewalsPath = "/validate-renewals"
-	MutatePath   = "/mutate-leases"
-)
-
 // Validator is the validating webhook: it enforces docs/design.md §4 on
 // every guarded write. It is a controller-runtime admission.Handler.
 type Validator struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
 
@@ -225,7 +226,7 @@ func TestAPanicDropsTheConnectionInsteadOfDenying(t *testing.T) {
 		body := review{kind: "MultiClusterLease", operation: "UPDATE", user: managerB,
 			oldObject: mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.000000Z"`),
 			object:    mcl(designA, `"holderIdentity":"cluster-a","renewTime":"2026-11-30T11:59:59.500000Z"`)}.json()
-		resp, err := srv.Client().Post(srv.URL+ValidatePath, "application/json", bytes.NewReader(body))
+		resp, err := srv.Client().Post(srv.URL+manifests.ValidatePath, "application/json", bytes.NewReader(body))
 		if err == nil {
 			answer, _ := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()

@@ -13,6 +13,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/leaseguard/leaseguard/test/testfixtures"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
 )
@@ -111,7 +112,7 @@ const (
 func post(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.AdmissionResponse) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, manifests.ValidatePath, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	h.ServeHTTP(rec, req)
 	var out admissionv1.AdmissionReview

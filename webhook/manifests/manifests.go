@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/webhook/admission"
 	"github.com/leaseguard/leaseguard/webhook/celexpr"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -135,6 +134,19 @@ const (
 	ValidateWebhook  = "validate.leases.leaseguard.io"
 	RenewalsWebhook  = "renewals.leases.leaseguard.io"
 	DesignateWebhook = "designate.leases.leaseguard.io"
+)
+
+// Paths the webhooks are called on: the configurations name them, and
+// leaseguard serve serves its handlers there (webhook/server).
+const (
+	ValidatePath = "/validate-leases"
+	// RenewalsPath is the fail-open webhook's, which the API server calls
+	// for every UPDATE that changes something; its handler decides those
+	// the fail-closed webhook does not (policy.FailClosed): the rightful
+	// renewers' renewals, metadata writes, and status writers' status
+	// writes (policy.StatusWriterStatusWrite).
+	RenewalsPath = "/validate-renewals"
+	MutatePath   = "/mutate-leases"
 )
 
 // Render is in limits.go: it renders at the first level that fits.
@@ -372,7 +384,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 			Annotations: g.renderedWith()},
 	}
 	if g.o.FailOpen {
-		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, admission.ValidatePath, &ignore, all, true,
+		cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{entry(ValidateWebhook, ValidatePath, &ignore, all, true,
 			admissionregistrationv1.MatchCondition{Name: "selected-and-changed", Expression: celexpr.And(selected, celexpr.Not(noop()))})}
 		return cfg
 	}
@@ -395,7 +407,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		closed = celexpr.And(celexpr.Not(statusWrites), closed)
 	}
 	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{
-		entry(ValidateWebhook, admission.ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
+		entry(ValidateWebhook, ValidatePath, &fail, all, true, admissionregistrationv1.MatchCondition{
 			Name: "selected-fail-closed", Expression: celexpr.And(selected, closed),
 		}),
 		// Every other UPDATE that changes something (the holders' renewals,
@@ -407,7 +419,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 		// configuration follows, the routing may be the old policy's).
 		// What the renewals policy decides in the API server does not
 		// come here (renewals.go).
-		entry(RenewalsWebhook, admission.RenewalsPath, &ignore, updates, statusWrites != "false", admissionregistrationv1.MatchCondition{
+		entry(RenewalsWebhook, RenewalsPath, &ignore, updates, statusWrites != "false", admissionregistrationv1.MatchCondition{
 			Name: "selected-and-changed", Expression: g.renewalsWebhookCondition(selected, closed),
 		}),
 	}
@@ -658,7 +670,7 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    DesignateWebhook,
 			AdmissionReviewVersions: []string{"v1"},
-			ClientConfig:            g.clientConfig(admission.MutatePath),
+			ClientConfig:            g.clientConfig(MutatePath),
 			Rules:                   ResourceRules(resourcesOf(rules), ops, false),
 			SideEffects:             &none,
 			MatchPolicy:             &equivalent,

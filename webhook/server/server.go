@@ -29,6 +29,7 @@ import (
 	"github.com/leaseguard/leaseguard/webhook/admission"
 	"github.com/leaseguard/leaseguard/webhook/configsync"
 	"github.com/leaseguard/leaseguard/webhook/leasestats"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/metrics"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 	"github.com/leaseguard/leaseguard/webhook/policyfile"
@@ -127,13 +128,13 @@ func Run(ctx context.Context, o Options) error {
 	var draining atomic.Bool
 	mux := http.NewServeMux()
 	for path, h := range map[string]http.Handler{
-		admission.ValidatePath: (&admission.Validator{
+		manifests.ValidatePath: (&admission.Validator{
 			Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
 		}).Handler(),
-		admission.RenewalsPath: (&admission.Validator{
+		manifests.RenewalsPath: (&admission.Validator{
 			OnlyRenewals: true, Policies: store, Metrics: rec, Log: log.WithName("validate"), LeaseStats: leaseStats,
 		}).Handler(),
-		admission.MutatePath: (&admission.Designator{
+		manifests.MutatePath: (&admission.Designator{
 			Policies: store, Metrics: rec, Log: log.WithName("designate"),
 		}).Handler(),
 	} {

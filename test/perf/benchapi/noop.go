@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/leaseguard/leaseguard/webhook/admission"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // noopServerEnv, when set ("<TLS port>,<count port>,<cert dir>"), makes this
@@ -41,7 +41,7 @@ func serveNoop(ctx context.Context, port int, certDir string, calls *atomic.Int6
 	http1 := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
 	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir, TLSOpts: []func(*tls.Config){http1}})
 	// Under every path the generated configuration names too (noop-routed).
-	for _, path := range []string{"/noop", admission.ValidatePath, admission.RenewalsPath, admission.MutatePath} {
+	for _, path := range []string{"/noop", manifests.ValidatePath, manifests.RenewalsPath, manifests.MutatePath} {
 		srv.Register(path, &cradmission.Webhook{Handler: noopHandler{calls: calls}})
 	}
 	go func() { _ = srv.Start(ctx) }()
