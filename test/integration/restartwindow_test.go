@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +10,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/config"
-	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // After the API server restarts, its MutatingAdmissionPolicy cannot patch a
@@ -34,51 +29,20 @@ import (
 // never come back.
 func TestAcknowledgementsAfterAnAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
-	own, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = own.Stop() }()
-	data, err := config.Files.ReadFile(config.SamplePolicyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policyFile, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lg, err := own.StartLeaseguard(binary, policyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lg.Stop()
-
-	admin, err := dynamic.NewForConfig(own.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const (
 		ns       = "cnrm-system"
 		name     = "kcc-leader"
 		managerA = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a"
 		managerB = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-b"
 	)
-	if _, err := admin.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx,
-		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	own, _ := ownSamplePlane(t, ns)
+	// envtest makes a new serving certificate when it starts the API
+	// server again; the client certificate stays valid.
+	cfg := rest.CopyConfig(own.Config)
+	cfg.Timeout = 10 * time.Second
+	cfg.Insecure, cfg.CAData, cfg.CAFile = true, nil, ""
 	as := func(user, namespace string) dynamic.ResourceInterface {
-		cfg := rest.CopyConfig(own.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-		cfg.Timeout = 10 * time.Second
-		// envtest makes a new serving certificate when it starts the API
-		// server again; the client certificate stays valid.
-		cfg.Insecure, cfg.CAData, cfg.CAFile = true, nil, ""
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(namespace)
+		return multiClusterLeasesAs(t, cfg, user, namespace)
 	}
 	lease := func(holder string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{

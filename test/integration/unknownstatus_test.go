@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
-	"github.com/leaseguard/leaseguard/config"
-	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 // Config Connector is moving the MultiClusterLease into its own codebase,
@@ -32,56 +27,17 @@ import (
 // A control plane of its own: the CRD is cluster-wide.
 func TestUnknownStatusFieldsBreakNoDecision(t *testing.T) {
 	ctx := context.Background()
-	own, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = own.Stop() }()
-	data, err := config.Files.ReadFile(config.SamplePolicyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policyFile, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lg, err := own.StartLeaseguard(binary, policyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lg.Stop()
-	defer func() {
-		if t.Failed() {
-			t.Logf("leaseguard serve output:\n%s", lg.Log())
-		}
-	}()
-
-	admin, err := dynamic.NewForConfig(own.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const ns = "cnrm-system"
+	own, admin := ownSamplePlane(t, ns)
 	preserveUnknownStatusFields(t, admin)
 
 	const (
-		ns       = "cnrm-system"
 		name     = "kcc-leader"
 		writer   = "system:serviceaccount:multiclusterlease-system:default"
 		managerA = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a"
 		managerB = "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-b"
 	)
-	if _, err := admin.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx,
-		&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	as := func(user string) dynamic.ResourceInterface {
-		cfg := rest.CopyConfig(own.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dyn.Resource(mclv1alpha1.GroupVersionResource).Namespace(ns)
-	}
+	as := func(user string) dynamic.ResourceInterface { return multiClusterLeasesAs(t, own.Config, user, ns) }
 	get := func() *unstructured.Unstructured {
 		t.Helper()
 		u, err := admin.Resource(mclv1alpha1.GroupVersionResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
