@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/leaseguard/leaseguard/test/controlplane"
 )
 
 const (
@@ -58,7 +60,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	reaped := controlplane.ReapChildrenOnExit()
 	code := func() int {
+		defer reaped()
 		defer os.RemoveAll(tmp)
 		var err error
 		if binary, err = buildLeaseguard(tmp); err != nil {

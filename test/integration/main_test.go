@@ -31,7 +31,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	reaped := controlplane.ReapChildrenOnExit()
 	code, err := run(m)
+	reaped()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration setup:", err)
 		os.Exit(1)

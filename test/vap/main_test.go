@@ -42,7 +42,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	reaped := controlplane.ReapChildrenOnExit()
 	code, err := run(m)
+	reaped()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vap setup:", err)
 		os.Exit(1)
