@@ -129,12 +129,9 @@ type ControlPlane struct {
 // and the admission configuration rendered from the policy (o.Policy), its
 // webhooks rewritten to call https://127.0.0.1:<port> with a generated CA.
 func Start(o Options) (*ControlPlane, error) {
-	assets := o.AssetsDir
-	if assets == "" {
-		var err error
-		if assets, err = AssetsDir(); err != nil {
-			return nil, err
-		}
+	env, assets, err := newEnvironment(o)
+	if err != nil {
+		return nil, err
 	}
 	rendered, err := renderPolicy(o)
 	if err != nil {
@@ -150,22 +147,12 @@ func Start(o Options) (*ControlPlane, error) {
 		}
 		validating = append(validating, rendered.Validating)
 	}
-	crds, err := config.CRDs()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crds},
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			MutatingWebhooks:             mutating,
-			ValidatingWebhooks:           validating,
-			LocalServingHost:             "127.0.0.1",
-			LocalServingPort:             o.WebhookPort,
-			LocalServingHostExternalName: o.WebhookHostName,
-		},
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
+	env.WebhookInstallOptions = envtest.WebhookInstallOptions{
+		MutatingWebhooks:             mutating,
+		ValidatingWebhooks:           validating,
+		LocalServingHost:             "127.0.0.1",
+		LocalServingPort:             o.WebhookPort,
+		LocalServingHostExternalName: o.WebhookHostName,
 	}
 	// The API server authenticates itself to webhooks with a client
 	// certificate, and leaseguard started by StartLeaseguard accepts only
@@ -211,6 +198,26 @@ func Start(o Options) (*ControlPlane, error) {
 		c.WebhookCertDir = o.WebhookCertDir
 	}
 	return c, nil
+}
+
+// newEnvironment is the envtest environment of o's binaries (AssetsDir by
+// default) with leaseguard's CRDs, not started.
+func newEnvironment(o Options) (env *envtest.Environment, assets string, err error) {
+	if assets = o.AssetsDir; assets == "" {
+		if assets, err = AssetsDir(); err != nil {
+			return nil, "", err
+		}
+	}
+	crds, err := config.CRDs()
+	if err != nil {
+		return nil, "", err
+	}
+	return &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDInstallOptions:        envtest.CRDInstallOptions{CRDs: crds},
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}, assets, nil
 }
 
 // startEnv starts kube-apiserver and etcd, sending the API server's output

@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/leaseguard/leaseguard/config"
 	"github.com/leaseguard/leaseguard/webhook/manifests"
 	"github.com/leaseguard/leaseguard/webhook/vap"
 )
@@ -22,22 +19,9 @@ import (
 // alone, such as the ValidatingAdmissionPolicies of `leaseguard vap`
 // (InstallVAP). Options other than AssetsDir and Log are ignored.
 func StartWithoutWebhooks(o Options) (*ControlPlane, error) {
-	assets := o.AssetsDir
-	if assets == "" {
-		var err error
-		if assets, err = AssetsDir(); err != nil {
-			return nil, err
-		}
-	}
-	crds, err := config.CRDs()
+	env, assets, err := newEnvironment(o)
 	if err != nil {
 		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDInstallOptions:        envtest.CRDInstallOptions{CRDs: crds},
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
 	}
 	cfg, err := startEnv(env, o.Log, assets)
 	if err != nil {
