@@ -28,7 +28,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -147,9 +149,12 @@ func TestHelmUpgradeThenUninstall(t *testing.T) {
 		}
 	}
 
-	// helm uninstall: nothing of leaseguard's that could hold up a write.
+	// helm uninstall: nothing of leaseguard's that could hold up a write,
+	// and no lease data gone with it.
+	before := leaseData(t, ctx, cfg)
 	helmRun("uninstall", release, "-n", lgNS, "--wait", "--timeout", "3m")
 	clustertest.WaitUntil(t, "leaseguard's objects gone", 2*time.Minute, func() error { return leftovers(ctx, admin) })
+	keptLeaseData(t, ctx, cfg, before)
 	if err := probe(); err != nil {
 		t.Fatalf("after helm uninstall the intruder's write is still judged: %v", err)
 	}
@@ -415,4 +420,79 @@ func checkTop(t *testing.T, admin kubernetes.Interface, kubeconfig string, base 
 		t.Errorf("top did not report %s/chart-probe:\n%s", warnNS, stdout.String())
 	}
 	t.Logf("kubectl leaseguard top against the cluster: %d replicas read", len(report.WebhookSources))
+}
+
+// leaseObject names a Lease or MultiClusterLease by where it lives and
+// which incarnation it is.
+type leaseObject struct{ kind, namespace, name string }
+
+// multiClusterLeases is Config Connector's resource; its CRD is not
+// leaseguard's, and deleting it would delete every MultiClusterLease.
+var multiClusterLeases = schema.GroupVersionResource{Group: "multicluster.core.cnrm.cloud.google.com", Version: "v1alpha1", Resource: "multiclusterleases"}
+
+// leaseData lists every Lease and MultiClusterLease in the cluster with its
+// UID (a deleted and re-created object has another).
+func leaseData(t *testing.T, ctx context.Context, cfg *rest.Config) map[leaseObject]types.UID {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	out := map[leaseObject]types.UID{}
+	for kind, gvr := range map[string]schema.GroupVersionResource{
+		"Lease":             {Group: "coordination.k8s.io", Version: "v1", Resource: "leases"},
+		"MultiClusterLease": multiClusterLeases,
+	} {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("listing %ss: %v", kind, err)
+		}
+		for _, o := range list.Items {
+			out[leaseObject{kind, o.GetNamespace(), o.GetName()}] = o.GetUID()
+		}
+	}
+	return out
+}
+
+// keptLeaseData fails for every lease object of before that the uninstall
+// removed or replaced, and if the MultiClusterLease CRD is gone. Objects in
+// namespaces being deleted (the earlier stages' clean-up) or gone are not
+// the uninstall's doing and are left out; the chart deletes no namespace.
+func keptLeaseData(t *testing.T, ctx context.Context, cfg *rest.Config, before map[leaseObject]types.UID) {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	crd := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(crd).Get(ctx, multiClusterLeases.Resource+"."+multiClusterLeases.Group, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the MultiClusterLease CRD after helm uninstall: %v", err)
+	}
+	after := leaseData(t, ctx, cfg)
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	settled := map[string]bool{}
+	namespaceSettled := func(name string) bool {
+		if name == "" {
+			return true
+		}
+		if s, ok := settled[name]; ok {
+			return s
+		}
+		ns, err := admin.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		settled[name] = err == nil && ns.DeletionTimestamp == nil
+		return settled[name]
+	}
+	kept, skipped := 0, 0
+	for o, uid := range before {
+		if !namespaceSettled(o.namespace) {
+			skipped++
+			continue
+		}
+		switch got, ok := after[o]; {
+		case !ok:
+			t.Errorf("%s %s/%s is gone after helm uninstall", o.kind, o.namespace, o.name)
+		case got != uid:
+			t.Errorf("%s %s/%s was deleted and re-created during helm uninstall (uid %s, was %s)", o.kind, o.namespace, o.name, got, uid)
+		default:
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Errorf("no lease object to check after helm uninstall (%d in namespaces being deleted)", skipped)
+	}
+	t.Logf("helm uninstall kept all %d Leases and MultiClusterLeases (%d in namespaces being deleted not checked) and the MultiClusterLease CRD", kept, skipped)
 }
