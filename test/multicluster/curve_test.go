@@ -167,8 +167,10 @@ func measurePoint(ctx context.Context, mode admission, n int, window time.Durati
 		return k
 	}
 	before := read()
+	profiled := profileAPIServer(ctx, env.clusters[0], mode, n, window)
 	time.Sleep(window)
 	after := read()
+	<-profiled
 	minutes := after.at.Sub(before.at).Minutes()
 	perMinute := func(a, b int64) float64 { return float64(b-a) / minutes }
 	p.sent = perMinute(before.sent, after.sent)
@@ -398,4 +400,29 @@ func plotCurve(path string, ns []int, modes []admission, value func(mode admissi
 		return err
 	}
 	return f.Close()
+}
+
+// profileAPIServer writes a CPU profile of the first cluster's API server
+// over the window to CURVE_PROFILE/<mode>-<N>-<time>.pprof when that
+// directory is set (go tool pprof -top -diff_base floor-30-….pprof
+// shipped-30-….pprof shows where admission's cost goes); the channel
+// closes when it is written. The profiler runs in every mode alike.
+func profileAPIServer(ctx context.Context, c *cluster, mode admission, n int, window time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv("CURVE_PROFILE")
+	if dir == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		defer GinkgoRecover()
+		raw, err := c.admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(int(window.Seconds()))).Timeout(window + time.Minute).DoRaw(ctx)
+		Expect(err).NotTo(HaveOccurred(), "CURVE_PROFILE: the API server's CPU profile")
+		Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+		path := fmt.Sprintf("%s/%s-%d-%s.pprof", dir, mode, n, time.Now().Format("150405"))
+		Expect(os.WriteFile(path, raw, 0o644)).To(Succeed())
+	}()
+	return done
 }

@@ -108,6 +108,33 @@ func TestLeaseguardsExitsAreThoseTheUnguardedTwinDidNotHave(t *testing.T) {
 	}
 }
 
+// After a restart the API server answers the shared renewals leaseguard's
+// admission policy acknowledges 503 for a while more: the guarded cluster's
+// non-designated managers are without it longer than their twins. Their
+// exits are the protocol's where the restart alone ended unguarded
+// leaderships, or where it and that window reach the lock's renew deadline
+// less a retry period; a window of none excuses nothing, however long the
+// restart, and a short restart that cost the unguarded cluster nothing
+// excuses nothing either.
+func TestTheRestartWindowExplainsExitsOnlyAtTheProtocolsEdge(t *testing.T) {
+	for _, c := range []struct {
+		away, window  time.Duration
+		unguardedLost int
+		want          bool
+	}{
+		{away: 6600 * time.Millisecond, window: 1500 * time.Millisecond, unguardedLost: 10, want: true}, // a kind run: every manager exited
+		{away: 6 * time.Second, window: 2 * time.Second, want: true},
+		{away: 5 * time.Second, window: 2 * time.Second, unguardedLost: 3, want: true},
+		{away: 5 * time.Second, window: 2500 * time.Millisecond, want: false},
+		{away: 9 * time.Second, unguardedLost: 5, want: false},
+	} {
+		r := result{apiAway: c.away, policyWindow: c.window}
+		if got := restartWindowEndsLeaderships(r, c.unguardedLost); got != c.want {
+			t.Errorf("away %s, window %s, %d unguarded leaders lost: the window ends leaderships %v, want %v", c.away, c.window, c.unguardedLost, got, c.want)
+		}
+	}
+}
+
 // A write that failed at the API server is leaseguard's unless the control
 // writes, which no webhook of leaseguard's sees, failed or stalled while it
 // was in flight.

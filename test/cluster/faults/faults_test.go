@@ -50,6 +50,10 @@ const (
 	// settle is how long the workload keeps running after a fault has
 	// healed, so late effects (a lease expiring) land in its window.
 	settle = 6 * time.Second
+	// policyWindowBound is how long after a restart the API server may
+	// answer the shared renewals leaseguard's admission policy acknowledges
+	// 503: two of its policy plugin's schema reads, 5 s apart.
+	policyWindowBound = 10 * time.Second
 )
 
 type cluster struct {
@@ -121,12 +125,16 @@ func TestFaults(t *testing.T) {
 	}
 	results := []result{baseline}
 	assertClean(t, baseline, false)
-	assertNamespaceMode(t, baseline)
+	_ = assertNamespaceMode(t, baseline)
 
 	// measure runs a fault under the workload and judges the window from
 	// just before it until settle after it healed.
+	// A fault that takes the API server away says for how long, and for how
+	// much longer its admission policy plugin answered shared renewals 503.
+	var apiAway, policyWindow time.Duration
 	measure := func(t *testing.T, name string, fault func(t *testing.T) (notes string)) result {
 		t.Helper()
+		apiAway, policyWindow = 0, 0
 		openBefore, closedBefore, err := webhookFailures(ctx, c.admin)
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +146,8 @@ func TestFaults(t *testing.T) {
 		r := summarize(name, w.between(from, time.Now()), time.Since(from))
 		var support string
 		r.namespaceMode, support = nsEnd(t)
-		assertNamespaceMode(t, r)
+		r.apiAway, r.policyWindow = apiAway, policyWindow
+		support = joinNotes(support, assertNamespaceMode(t, r))
 		var openAfter, closedAfter int
 		waitUntil(t, "the API server's webhook metrics", time.Minute, func() (err error) {
 			openAfter, closedAfter, err = webhookFailures(ctx, c.admin)
@@ -358,12 +367,25 @@ func TestFaults(t *testing.T) {
 		}
 		var away time.Duration
 		r := measure(t, "kube-apiserver restarted", func(t *testing.T) string {
-			var err error
-			if away, err = target.RestartAPIServer(ctx); err != nil {
+			guarded, unguarded, err := ns.restartOutages(ctx, func() (err error) {
+				away, err = target.RestartAPIServer(ctx)
+				return err
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
+			window := guarded.length() - unguarded.length()
+			// The plugin reads the schemas every 5 s; two reads allow for
+			// a CustomResourceDefinition whose OpenAPI the restarted API
+			// server published only after the first.
+			if window > policyWindowBound {
+				t.Errorf("the guarded cluster's shared renewals were answered %s after the unguarded one's (%d answered 503): longer than two of the admission policy plugin's schema reads (%s)",
+					window, guarded.answered503, policyWindowBound)
+			}
+			apiAway, policyWindow = unguarded.length(), max(window, 0)
 			c.waitDeploymentAvailable(t, 2, nil)
-			return fmt.Sprintf("SIGTERM to ready again: %s", away.Round(100*time.Millisecond))
+			return fmt.Sprintf("SIGTERM to ready again: %s; shared renewals unanswered for %s unguarded, %s guarded (%d probes answered 503 while the admission policy plugin had not read the MultiClusterLease's schema)",
+				away.Round(100*time.Millisecond), unguarded.length().Round(100*time.Millisecond), guarded.length().Round(100*time.Millisecond), guarded.answered503)
 		})
 		r.notes += fmt.Sprintf("; %d writes failed at the API server itself (not counted as failed guarded writes)", r.apiDown)
 		results[len(results)-1] = r

@@ -52,8 +52,13 @@ type result struct {
 	namespaceMode []nsFigures
 	// election are the control plane's coordinated Leases' figures.
 	election []electionFigures
-	examples string
-	notes    string
+	// apiAway is how long the API server's restart left the unguarded
+	// cluster's shared renewals unanswered; policyWindow how much longer
+	// the guarded cluster's went unanswered, its MutatingAdmissionPolicy
+	// plugin answering them 503 (namespaceMode.restartOutages).
+	apiAway, policyWindow time.Duration
+	examples              string
+	notes                 string
 }
 
 func summarize(name string, events []event, d time.Duration) result {
