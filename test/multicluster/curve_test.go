@@ -167,10 +167,15 @@ func measurePoint(ctx context.Context, mode admission, n int, window time.Durati
 		return k
 	}
 	before := read()
-	profiled := profileAPIServer(ctx, env.clusters[0], mode, n, window)
+	var profiled []<-chan struct{}
+	for _, c := range env.clusters {
+		profiled = append(profiled, profileAPIServer(ctx, c, mode, n, window))
+	}
 	time.Sleep(window)
 	after := read()
-	<-profiled
+	for _, done := range profiled {
+		<-done
+	}
 	minutes := after.at.Sub(before.at).Minutes()
 	perMinute := func(a, b int64) float64 { return float64(b-a) / minutes }
 	p.sent = perMinute(before.sent, after.sent)
@@ -402,11 +407,12 @@ func plotCurve(path string, ns []int, modes []admission, value func(mode admissi
 	return f.Close()
 }
 
-// profileAPIServer writes a CPU profile of the first cluster's API server
-// over the window to CURVE_PROFILE/<mode>-<N>-<time>.pprof when that
-// directory is set (go tool pprof -top -diff_base floor-30-….pprof
-// shipped-30-….pprof shows where admission's cost goes); the channel
-// closes when it is written. The profiler runs in every mode alike.
+// profileAPIServer writes a CPU profile of a cluster's API server over the
+// window to CURVE_PROFILE/<mode>-<N>-<cluster>-<time>.pprof when that
+// directory is set (go tool pprof -top -diff_base with the floor's profiles
+// shows where admission's cost goes; the active cluster, whose managers
+// renew, changes from window to window, so compare both clusters' sums);
+// the channel closes when it is written. It runs in every mode alike.
 func profileAPIServer(ctx context.Context, c *cluster, mode admission, n int, window time.Duration) <-chan struct{} {
 	done := make(chan struct{})
 	dir := os.Getenv("CURVE_PROFILE")
@@ -421,7 +427,7 @@ func profileAPIServer(ctx context.Context, c *cluster, mode admission, n int, wi
 			Param("seconds", strconv.Itoa(int(window.Seconds()))).Timeout(window + time.Minute).DoRaw(ctx)
 		Expect(err).NotTo(HaveOccurred(), "CURVE_PROFILE: the API server's CPU profile")
 		Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
-		path := fmt.Sprintf("%s/%s-%d-%s.pprof", dir, mode, n, time.Now().Format("150405"))
+		path := fmt.Sprintf("%s/%s-%d-%s-%s.pprof", dir, strings.Fields(string(mode))[0], n, c.name, time.Now().Format("150405"))
 		Expect(os.WriteFile(path, raw, 0o644)).To(Succeed())
 	}()
 	return done
