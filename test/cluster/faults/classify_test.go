@@ -135,6 +135,29 @@ func TestTheRestartWindowExplainsExitsOnlyAtTheProtocolsEdge(t *testing.T) {
 	}
 }
 
+// The schema window is only the 503s the admission policy plugin answered
+// after the unguarded renewals were answered again: not the guarded
+// outage's other failures, and nothing where no 503 came.
+func TestTheSchemaWindowIsThe503sAfterTheUnguardedCameBack(t *testing.T) {
+	t0 := time.Now()
+	unguarded := restartOutage{failed: t0, back: t0.Add(7 * time.Second)}
+	guarded := restartOutage{failed: t0, back: t0.Add(15 * time.Second), answered503: 12, last503: t0.Add(9 * time.Second),
+		failures: map[string]int{"503 (schema not read yet)": 12, "no answer": 40, "500 InternalError": 3}}
+	if got := guarded.schemaWindow(unguarded); got != 2100*time.Millisecond {
+		t.Errorf("schema window %s, want 2.1s (the last 503 at 9 s, the unguarded back at 7 s, one probe period)", got)
+	}
+	if got := (restartOutage{failed: t0, back: t0.Add(15 * time.Second)}).schemaWindow(unguarded); got != 0 {
+		t.Errorf("schema window without a 503: %s, want 0", got)
+	}
+	early := restartOutage{answered503: 1, last503: t0.Add(3 * time.Second)}
+	if got := early.schemaWindow(unguarded); got != 0 {
+		t.Errorf("a 503 before the unguarded came back: schema window %s, want 0", got)
+	}
+	if got, want := guarded.failureNote(), "40× no answer, 12× 503 (schema not read yet), 3× 500 InternalError"; got != want {
+		t.Errorf("failure note %q, want %q", got, want)
+	}
+}
+
 // A write that failed at the API server is leaseguard's unless the control
 // writes, which no webhook of leaseguard's sees, failed or stalled while it
 // was in flight.

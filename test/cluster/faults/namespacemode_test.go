@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -390,9 +391,18 @@ func (m *namespaceMode) restartOutages(ctx context.Context, restart func() error
 type restartOutage struct {
 	// failed is the first probe that failed, back the first success after it.
 	failed, back time.Time
-	// answered503 counts the probes answered 503 "Resource kind ... not found".
+	// answered503 counts the probes answered 503 "Resource kind ... not
+	// found", last503 is the last of them.
 	answered503 int
-	last        error
+	last503     time.Time
+	// acknowledged counts the probes answered with the stored renewTime;
+	// stored the guarded ones answered with the renewal stored instead (a
+	// lease near expiry is not acknowledged): answered, as a manager's
+	// renewal would be.
+	acknowledged, stored int
+	// failures counts the failed probes by what failed them.
+	failures map[string]int
+	last     error
 }
 
 func (o restartOutage) length() time.Duration {
@@ -402,6 +412,35 @@ func (o restartOutage) length() time.Duration {
 	return o.back.Sub(o.failed)
 }
 
+// schemaWindow is how long after the unguarded probe was answered again
+// this one was still answered 503 while the admission policy plugin had
+// not read the MultiClusterLease's schema: the part of its longer outage
+// that is the API server's plugin, not anything of leaseguard's.
+func (o restartOutage) schemaWindow(unguarded restartOutage) time.Duration {
+	if o.last503.IsZero() || unguarded.back.IsZero() {
+		return 0
+	}
+	return max(o.last503.Add(100*time.Millisecond).Sub(unguarded.back), 0)
+}
+
+// failureNote lists what failed the probes, most frequent first.
+func (o restartOutage) failureNote() string {
+	kinds := make([]string, 0, len(o.failures))
+	for k := range o.failures {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if o.failures[kinds[i]] != o.failures[kinds[j]] {
+			return o.failures[kinds[i]] > o.failures[kinds[j]]
+		}
+		return kinds[i] < kinds[j]
+	})
+	for i, k := range kinds {
+		kinds[i] = fmt.Sprintf("%d× %s", o.failures[k], k)
+	}
+	return strings.Join(kinds, ", ")
+}
+
 // probeRenewals probes one cluster from before the restart until its
 // renewals have been answered for 2 s after restarted closed (or a minute
 // after that): its outage runs from the first failure to the success that
@@ -409,6 +448,7 @@ func (o restartOutage) length() time.Duration {
 func (m *namespaceMode) probeRenewals(ctx context.Context, c kccworkload.Cluster, o *restartOutage, restarted <-chan struct{}) {
 	admin := dynamic.NewForConfigOrDie(m.w.Config).Resource(mclv1alpha1.GroupVersionResource).Namespace(c.System)
 	clients := map[string]dynamic.ResourceInterface{}
+	o.failures = map[string]int{}
 	var deadline time.Time
 	for ; ; time.Sleep(100 * time.Millisecond) {
 		select {
@@ -422,15 +462,28 @@ func (m *namespaceMode) probeRenewals(ctx context.Context, c kccworkload.Cluster
 			return
 		}
 		sent := time.Now()
-		err := m.probeRenewal(ctx, c, admin, clients)
+		acknowledged, err := m.probeRenewal(ctx, c, admin, clients)
 		if err == nil {
+			if acknowledged {
+				o.acknowledged++
+			} else if c.Guarded {
+				o.stored++
+			}
 			if !o.failed.IsZero() && o.back.IsZero() {
 				o.back = sent
 			}
 			continue
 		}
-		if apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "Resource kind") {
+		var status apierrors.APIStatus
+		switch {
+		case apierrors.IsServiceUnavailable(err) && strings.Contains(err.Error(), "Resource kind"):
 			o.answered503++
+			o.last503 = sent
+			o.failures["503 (schema not read yet)"]++
+		case errors.As(err, &status):
+			o.failures[fmt.Sprintf("%d %s", status.Status().Code, status.Status().Reason)]++
+		default:
+			o.failures["no answer"]++
 		}
 		o.last = err
 		if o.failed.IsZero() {
@@ -442,14 +495,14 @@ func (m *namespaceMode) probeRenewals(ctx context.Context, c kccworkload.Cluster
 
 // probeRenewal sends one manager's dry-run renewal of the cluster's shared
 // MultiClusterLease, a non-designated manager's where leaseguard guards it,
-// and fails unless it is answered: acknowledged (the stored renewTime
-// returned) where leaseguard guards it.
-func (m *namespaceMode) probeRenewal(ctx context.Context, c kccworkload.Cluster, admin dynamic.ResourceInterface, clients map[string]dynamic.ResourceInterface) error {
+// and says whether it was answered acknowledged (the stored renewTime
+// returned) rather than stored.
+func (m *namespaceMode) probeRenewal(ctx context.Context, c kccworkload.Cluster, admin dynamic.ResourceInterface, clients map[string]dynamic.ResourceInterface) (acknowledged bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	mcl, err := admin.Get(ctx, kccworkload.LeaseName, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return false, err
 	}
 	designated := mcl.GetAnnotations()[kccworkload.Designation]
 	var manager string
@@ -469,13 +522,10 @@ func (m *namespaceMode) probeRenewal(ctx context.Context, c kccworkload.Cluster,
 	patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00"))
 	answer, err := clients[manager].Patch(ctx, kccworkload.LeaseName, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		return err
+		return false, err
 	}
-	if renewTime, _, _ := unstructured.NestedString(answer.Object, "spec", "renewTime"); c.Guarded && renewTime != stored {
-		return fmt.Errorf("%s's renewal of %s/%s was stored, not acknowledged (renewTime %s → %s): leaseguard's admission policy did not take it",
-			manager, c.System, kccworkload.LeaseName, stored, renewTime)
-	}
-	return nil
+	renewTime, _, _ := unstructured.NestedString(answer.Object, "spec", "renewTime")
+	return renewTime == stored, nil
 }
 
 func serviceAccountUser(namespace, name string) string {

@@ -54,8 +54,8 @@ type result struct {
 	election []electionFigures
 	// apiAway is how long the API server's restart left the unguarded
 	// cluster's shared renewals unanswered; policyWindow how much longer
-	// the guarded cluster's went unanswered, its MutatingAdmissionPolicy
-	// plugin answering them 503 (namespaceMode.restartOutages).
+	// its MutatingAdmissionPolicy plugin answered the guarded cluster's
+	// 503 (restartOutage.schemaWindow).
 	apiAway, policyWindow time.Duration
 	examples              string
 	notes                 string
