@@ -126,6 +126,9 @@ for t in api checks kind; do
 	[ "$(cat "bin/test-$t.rc" 2>/dev/null)" = 0 ] && continue
 	echo
 	echo "------ why track $t failed (failing tests and their messages; the whole output is above) ------"
-	grep -E -A6 -e '^\s*--- FAIL' -e '^\s+[A-Za-z0-9_]+_test\.go:[0-9]+: ' -e 'FAILED \(exit' -e '^(panic|fatal error):' "bin/test-$t.log" | cut -c1-400 | head -n 80
+	# The failing tests first, then the messages without the reports'
+	# table rows (a fault report's table once filled every line shown).
+	grep -E -e '^\s*--- FAIL' -e 'FAILED \(exit' "bin/test-$t.log" | head -n 20
+	grep -E -A6 -e '^\s+[A-Za-z0-9_]+_test\.go:[0-9]+: ' -e '^(panic|fatal error):' "bin/test-$t.log" | grep -Ev '^\s*\|' | cut -c1-400 | head -n 80
 done
 exit "$status"

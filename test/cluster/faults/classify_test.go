@@ -92,19 +92,32 @@ func TestStaleNonDesignatedRenewalsCountOnlyWhereCallsFailedOpen(t *testing.T) {
 // difference beyond chance does.
 func TestLeaseguardsExitsAreThoseTheUnguardedTwinDidNotHave(t *testing.T) {
 	guarded := nsFigures{exits: map[string]int{"kcc-03": 2, "kcc-04": 0}}
-	if got := leaseguardsExits(guarded, nsFigures{}); len(got) != 1 || got[0] != "kcc-03" {
+	if got := leaseguardsExits(guarded, nsFigures{}, false); len(got) != 1 || got[0] != "kcc-03" {
 		t.Errorf("the fault cost the unguarded cluster nothing: leaseguard's exits %v, want [kcc-03]", got)
 	}
 	// An API server away about as long as the renew deadline: which
 	// managers lose is timing, independently in each cluster.
 	partial := nsFigures{exits: map[string]int{"kcc-02": 1, "kcc-04": 1, "kcc-05": 1, "kcc-07": 1}}
 	eight := nsFigures{exits: map[string]int{"kcc-01": 1, "kcc-02": 1, "kcc-03": 1, "kcc-04": 1, "kcc-05": 1, "kcc-06": 1, "kcc-08": 1, "kcc-10": 1}}
-	if got := leaseguardsExits(eight, partial); len(got) != 0 {
+	if got := leaseguardsExits(eight, partial, false); len(got) != 0 {
 		t.Errorf("8 guarded exits beside 4 unguarded: leaseguard's %v, want none", got)
 	}
 	one := nsFigures{figures: kccworkload.Figures{Missed: map[string]bool{"kcc-01": true}}}
-	if got := leaseguardsExits(eight, one); len(got) != 7 {
+	if got := leaseguardsExits(eight, one, false); len(got) != 7 {
 		t.Errorf("8 guarded exits beside 1 unguarded namespace without a leader: leaseguard's %v, want the 7 whose twins kept leading", got)
+	}
+	// The API server itself stalled (the control writes say so): which
+	// managers it ends is timing, even where it ended no unguarded one;
+	// many more guarded exits than chance allows are still charged.
+	three := nsFigures{exits: map[string]int{"kcc-01": 1, "kcc-05": 1, "kcc-09": 1}}
+	if got := leaseguardsExits(three, nsFigures{}, true); len(got) != 0 {
+		t.Errorf("3 guarded exits while the API server stalled, none unguarded: leaseguard's %v, want none", got)
+	}
+	if got := leaseguardsExits(three, nsFigures{}, false); len(got) != 3 {
+		t.Errorf("3 guarded exits while the API server served, none unguarded: leaseguard's %v, want all 3", got)
+	}
+	if got := leaseguardsExits(eight, nsFigures{}, true); len(got) != 8 {
+		t.Errorf("8 guarded exits while the API server stalled, none unguarded: leaseguard's %v, want all 8", got)
 	}
 }
 
@@ -160,7 +173,7 @@ func TestTheSchemaWindowIsThe503sAfterTheUnguardedCameBack(t *testing.T) {
 
 // A write that failed at the API server is leaseguard's unless the control
 // writes, which no webhook of leaseguard's sees, failed or stalled while it
-// was in flight.
+// was in flight; so are a leadership lost and a webhook call failed open.
 func TestAPIServerFailuresCountAgainstLeaseguardOnlyWhileControlWritesWereServed(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -177,7 +190,30 @@ func TestAPIServerFailuresCountAgainstLeaseguardOnlyWhileControlWritesWereServed
 		{at: at(45), kind: evNonDesignated, outcome: outAPIServerDown},  // long after
 		control(44, 44.01, outAdmitted),
 	}
+	events = append(events,
+		event{at: at(30), kind: evLeadershipLost, who: "a"},                           // its renewals failed through the stall: the API server's
+		event{at: at(60), kind: evLeadershipLost, who: "b"},                           // the API server served: leaseguard's
+		event{at: at(26), kind: evFailOpen, outcome: "context deadline exceeded (x)"}, // timed out in the stall
+		event{at: at(50), kind: evFailOpen, outcome: "EOF (x)"},                       // the API server served: leaseguard's
+		event{at: at(51), kind: evFailOpen, outcome: "EOF (x)"},
+	)
 	r := summarize("f", events, time.Minute)
+	r.failOpen = 3
+	if r.leadershipsLost != 2 || r.leadershipsLostOwn() != 1 {
+		t.Errorf("leaderships lost %d, of them while the control writes were served %d; want 2 and 1", r.leadershipsLost, r.leadershipsLostOwn())
+	}
+	if r.failOpenLogged != 3 || r.failOpenShared != 1 || r.failOpenOwn() != 2 {
+		t.Errorf("failed open by the log %d, of them in the stall %d, charged %d; want 3, 1, 2", r.failOpenLogged, r.failOpenShared, r.failOpenOwn())
+	}
+	if n := r.failOpenNote(); n != "; failed open, by the API server's log: 2× EOF (x), 1× context deadline exceeded (x)" {
+		t.Errorf("fail-open note %q", n)
+	}
+	// The metric is the count: a log that named more calls than it (read
+	// twice, say) never makes the charge negative.
+	r.failOpen = 0
+	if got := r.failOpenOwn(); got != 0 {
+		t.Errorf("no call failed open by the metric: charged %d, want 0", got)
+	}
 	if r.control != 4 || r.controlTrouble != 2 {
 		t.Errorf("control writes %d, in trouble %d; want 4 and 2", r.control, r.controlTrouble)
 	}
@@ -187,7 +223,8 @@ func TestAPIServerFailuresCountAgainstLeaseguardOnlyWhileControlWritesWereServed
 	if r.guarded != 3 {
 		t.Errorf("control writes counted as guarded writes: %d, want 3", r.guarded)
 	}
-	if n := r.controlNote(); !strings.Contains(n, "2 of 4 control writes") || !strings.Contains(n, "over 8.5s") || !strings.Contains(n, "2 of the 4 writes") {
+	if n := r.controlNote(); !strings.Contains(n, "2 of 4 control writes") || !strings.Contains(n, "over 8.5s") || !strings.Contains(n, "2 of the 4 writes") ||
+		!strings.Contains(n, "1 of the 2 leaderships lost") || !strings.Contains(n, "1 of the 3 webhook calls") {
 		t.Errorf("note %q", n)
 	}
 	if n := (result{}).controlNote(); n != "" {
@@ -243,5 +280,29 @@ func TestElectionFiguresCountHolderChangesAndTheLongestStillRenewTime(t *testing
 	}
 	if n := electionNote(got); !strings.Contains(n, "kube-controller-manager 1 holder changes, renewTime still at most 4s") {
 		t.Errorf("note %q", n)
+	}
+}
+
+// The API server logs each call to a webhook that failed open; only
+// leaseguard's count, with when they failed and why.
+func TestFailOpensAreReadFromTheAPIServersLog(t *testing.T) {
+	log := strings.Join([]string{
+		`2026-12-06T09:39:50.123456789Z W1206 09:39:50.123456       1 dispatcher.go:210] Failed calling webhook, failing open acknowledge.multiclusterleases.leaseguard.io: failed calling webhook "acknowledge.multiclusterleases.leaseguard.io": failed to call webhook: Post "https://leaseguard.leaseguard-system.svc:443/mutate?timeout=5s": context deadline exceeded`,
+		`2026-12-06T09:39:51.000000000Z W1206 09:39:51.000000       1 dispatcher.go:205] Failed calling webhook, failing open other.example.com: failed calling webhook "other.example.com": EOF`,
+		`2026-12-06T09:39:52.5Z W1206 09:39:52.500000       1 dispatcher.go:205] Failed calling webhook, failing open leases.leaseguard.io: failed calling webhook "leases.leaseguard.io": failed to call webhook: Post "https://leaseguard.leaseguard-system.svc:443/validate": EOF`,
+		`2026-12-06T09:39:53Z I1206 09:39:53.000000       1 controller.go:1] something else`,
+		`not a timestamp W1206 Failed calling webhook, failing open leases.leaseguard.io: x`,
+		``,
+	}, "\n")
+	got := parseFailOpens(log)
+	if len(got) != 2 {
+		t.Fatalf("%d fail-opens, want leaseguard's 2: %+v", len(got), got)
+	}
+	if got[0].who != "acknowledge.multiclusterleases.leaseguard.io" || got[0].outcome != "context deadline exceeded (acknowledge.multiclusterleases.leaseguard.io)" ||
+		!got[0].at.Equal(time.Date(2026, 12, 6, 9, 39, 50, 123456789, time.UTC)) || got[0].kind != evFailOpen {
+		t.Errorf("first %+v", got[0])
+	}
+	if got[1].outcome != "EOF (leases.leaseguard.io)" || !got[1].at.Equal(time.Date(2026, 12, 6, 9, 39, 52, 500e6, time.UTC)) {
+		t.Errorf("second %+v", got[1])
 	}
 }

@@ -143,7 +143,14 @@ func TestFaults(t *testing.T) {
 		from := time.Now()
 		notes := fault(t)
 		time.Sleep(settle)
-		r := summarize(name, w.between(from, time.Now()), time.Since(from))
+		to := time.Now()
+		events := w.between(from, to)
+		if failedOpen, err := failOpensLogged(ctx, c.admin, from, to); err != nil {
+			t.Logf("%s: the API server's log (which says when and why webhook calls failed open): %v", name, err)
+		} else {
+			events = append(events, failedOpen...)
+		}
+		r := summarize(name, events, to.Sub(from))
 		var support string
 		r.namespaceMode, support = nsEnd(t)
 		r.apiAway, r.policyWindow = apiAway, policyWindow
@@ -155,7 +162,7 @@ func TestFaults(t *testing.T) {
 		})
 		r.failOpen, r.failClosed = counterDelta(openBefore, openAfter), counterDelta(closedBefore, closedAfter)
 		r.election = electionEnd()
-		r.notes = joinNotes(joinNotes(notes+r.staleNote()+r.controlNote(), support), electionNote(r.election))
+		r.notes = joinNotes(joinNotes(notes+r.staleNote()+r.controlNote()+r.failOpenNote(), support), electionNote(r.election))
 		// The control plane's Leases are leaseguard's concern only while
 		// the API server itself serves: its restart, or an outage the
 		// control writes saw, may end a leadership by the protocol.

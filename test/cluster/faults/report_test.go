@@ -2,13 +2,17 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // result is what one fault did to the workload.
@@ -27,7 +31,9 @@ type result struct {
 	// longer; controlFrom and controlTo bound the trouble.
 	control, controlTrouble int
 	controlFrom, controlTo  time.Time
-	leadershipsLost         int
+	// leadershipsLost, and of them those lost while the control writes
+	// failed or stalled (leadershipsLostShared): the API server's.
+	leadershipsLost, leadershipsLostShared int
 	// identity changes sent and how many were admitted (wrongAdmissions);
 	// nonDesignated counts the guarded writes that were other managers'
 	// renewals of the shared MultiClusterLease.
@@ -37,6 +43,12 @@ type result struct {
 	// were admitted unguarded (failurePolicy Ignore), failClosed those that
 	// failed and were refused (Fail): apiserver_admission_webhook_* metrics.
 	failOpen, failClosed int
+	// failOpenLogged are the failed-open calls the API server's log names
+	// in the window (evFailOpen), failOpenShared those of them while the
+	// control writes failed or stalled: the API server's own stall timed
+	// them out. failOpenReasons counts them by what failed.
+	failOpenLogged, failOpenShared int
+	failOpenReasons                map[string]int
 	// staleRefused counts non-designated renewals refused because they
 	// arrived after a newer renewal was stored (renewTime moved backwards).
 	// The mutating webhook acknowledges such a renewal (answers it without
@@ -62,7 +74,7 @@ type result struct {
 }
 
 func summarize(name string, events []event, d time.Duration) result {
-	r := result{name: name, duration: d, outcomes: map[string]int{}}
+	r := result{name: name, duration: d, outcomes: map[string]int{}, failOpenReasons: map[string]int{}}
 	var examples []string
 	shown := map[string]int{}
 	example := func(e event) {
@@ -90,9 +102,21 @@ func summarize(name string, events []event, d time.Duration) result {
 		if e.kind == evControl {
 			continue
 		}
-		if e.kind == evLeadershipLost {
+		switch e.kind {
+		case evLeadershipLost:
 			r.leadershipsLost++
+			if whileControlFailed(e, trouble) {
+				r.leadershipsLostShared++
+			}
 			r.outcomes[e.kind]++
+			example(e)
+			continue
+		case evFailOpen:
+			r.failOpenLogged++
+			if whileControlFailed(e, trouble) {
+				r.failOpenShared++
+			}
+			r.failOpenReasons[e.outcome]++
 			example(e)
 			continue
 		}
@@ -141,7 +165,8 @@ const slowControl = 2 * time.Second
 const apiDownLookback = renewDeadline + 2*time.Second
 
 // whileControlFailed tells whether e, a write that failed at the API
-// server, was in flight while a control write failed or stalled.
+// server (or a leadership lost, a webhook call failed open: what a write's
+// failure ended), was in flight while a control write failed or stalled.
 func whileControlFailed(e event, trouble []event) bool {
 	for _, c := range trouble {
 		if !c.sent.After(e.at.Add(2*time.Second)) && !c.at.Before(e.at.Add(-apiDownLookback)) {
@@ -164,14 +189,55 @@ func later(a, b time.Time) time.Time {
 // may.
 func (r result) apiDownOwn() int { return r.apiDown - r.apiDownShared }
 
+// leadershipsLostOwn are the leaderships lost while the API server served
+// the control writes well. A leader that could not renew through a stalled
+// API server lost by the protocol, with or without leaseguard.
+func (r result) leadershipsLostOwn() int { return r.leadershipsLost - r.leadershipsLostShared }
+
+// failOpenOwn are the webhook calls that failed open, less those the API
+// server's log puts where the control writes failed or stalled: a stalled
+// API server times its own calls out. The count is the API server's
+// metric; the log only explains, so a call the log missed stays charged.
+func (r result) failOpenOwn() int { return max(r.failOpen-r.failOpenShared, 0) }
+
 // controlNote says, in the report, when the API server failed or stalled
 // the control writes.
 func (r result) controlNote() string {
 	if r.controlTrouble == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; the API server itself failed or stalled %d of %d control writes (a ConfigMap no webhook sees) over %s from %s, and %d of the %d writes that failed at the API server were in flight then",
+	note := fmt.Sprintf("; the API server itself failed or stalled %d of %d control writes (a ConfigMap no webhook sees) over %s from %s, and %d of the %d writes that failed at the API server were in flight then",
 		r.controlTrouble, r.control, r.controlTo.Sub(r.controlFrom).Round(100*time.Millisecond), r.controlFrom.Format("15:04:05"), r.apiDownShared, r.apiDown)
+	if r.leadershipsLostShared > 0 {
+		note += fmt.Sprintf(", as were %d of the %d leaderships lost", r.leadershipsLostShared, r.leadershipsLost)
+	}
+	if r.failOpenShared > 0 {
+		note += fmt.Sprintf(", and %d of the %d webhook calls the API server's log says failed open", r.failOpenShared, r.failOpenLogged)
+	}
+	return note
+}
+
+// failOpenNote says, in the report, why webhook calls failed open, from
+// the API server's log.
+func (r result) failOpenNote() string {
+	if r.failOpenLogged == 0 {
+		return ""
+	}
+	reasons := make([]string, 0, len(r.failOpenReasons))
+	for reason := range r.failOpenReasons {
+		reasons = append(reasons, reason)
+	}
+	sort.Slice(reasons, func(i, j int) bool {
+		if r.failOpenReasons[reasons[i]] != r.failOpenReasons[reasons[j]] {
+			return r.failOpenReasons[reasons[i]] > r.failOpenReasons[reasons[j]]
+		}
+		return reasons[i] < reasons[j]
+	})
+	parts := make([]string, len(reasons))
+	for i, reason := range reasons {
+		parts[i] = fmt.Sprintf("%d× %s", r.failOpenReasons[reason], reason)
+	}
+	return "; failed open, by the API server's log: " + strings.Join(parts, ", ")
 }
 
 // joinNotes joins a report's notes, skipping empty ones.
@@ -212,6 +278,10 @@ func (r result) staleNote() string {
 // that failed at the API server fails the test unless the control writes
 // show the API server in trouble of its own at that moment (a CI machine
 // starving the kind node once kept it away 40 s in a rolling restart).
+// Leaderships lost and webhook calls failed open while the control writes
+// show that trouble are the API server's too, and reported: in one CI run
+// it stalled 38 of 249 control writes over 3.5 minutes of a rolling
+// restart, and 5 leaders could not renew through it.
 //
 // No webhook call may fail open either. An API server keeps HTTP/1.1
 // connections to a replica; one that reused its idle connection just as
@@ -223,9 +293,9 @@ func (r result) staleNote() string {
 func assertClean(t *testing.T, r result, strict bool) {
 	t.Helper()
 	const failOpenAllowed = 0
-	if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.failOpen > failOpenAllowed {
-		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d webhook calls failed open (at most %d allowed); first ones:\n%s",
-			r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.failOpen, failOpenAllowed, r.examples)
+	if r.failedGuardedWrites() > 0 || r.leadershipsLostOwn() > 0 || r.wrongAdmissions > 0 || r.failOpenOwn() > failOpenAllowed {
+		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d webhook calls failed open (at most %d allowed), while the API server served the control writes well; first ones:\n%s",
+			r.name, r.failedGuardedWrites(), r.leadershipsLostOwn(), r.wrongAdmissions, r.failOpenOwn(), failOpenAllowed, r.examples)
 	}
 	if strict && r.apiDownOwn() > 0 {
 		t.Errorf("%s: %d writes failed at the API server while it served the control writes well:\n%s", r.name, r.apiDownOwn(), r.examples)
@@ -241,9 +311,9 @@ func assertClean(t *testing.T, r result, strict bool) {
 // failed, no leadership lost, no wrong admission, no API server error.
 func assertHeld(t *testing.T, r result) {
 	t.Helper()
-	if r.failedGuardedWrites() > 0 || r.leadershipsLost > 0 || r.wrongAdmissions > 0 || r.apiDownOwn() > 0 {
+	if r.failedGuardedWrites() > 0 || r.leadershipsLostOwn() > 0 || r.wrongAdmissions > 0 || r.apiDownOwn() > 0 {
 		t.Errorf("%s: %d failed guarded writes, %d leaderships lost, %d wrong admissions, %d API server errors while it served the control writes well; first ones:\n%s",
-			r.name, r.failedGuardedWrites(), r.leadershipsLost, r.wrongAdmissions, r.apiDownOwn(), r.examples)
+			r.name, r.failedGuardedWrites(), r.leadershipsLostOwn(), r.wrongAdmissions, r.apiDownOwn(), r.examples)
 	}
 }
 
@@ -274,6 +344,70 @@ func webhookFailures(ctx context.Context, admin kubernetes.Interface) (failOpen,
 		}
 	}
 	return failOpen, failClosed, nil
+}
+
+// failOpensLogged reads, from the API server's log, the calls to
+// leaseguard's webhooks that failed open between from and to: when each
+// failed and why (the metric counts them, but neither says when, nor
+// whether the API server itself was stalled then).
+func failOpensLogged(ctx context.Context, admin kubernetes.Interface, from, to time.Time) ([]event, error) {
+	pods, err := admin.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "component=kube-apiserver"})
+	if err != nil {
+		return nil, err
+	}
+	if len(pods.Items) == 0 {
+		return nil, errors.New("no Pod labelled component=kube-apiserver in kube-system")
+	}
+	var events []event
+	for _, p := range pods.Items {
+		since := metav1.NewTime(from.Add(-time.Second))
+		raw, err := admin.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &since, Timestamps: true, LimitBytes: ptr.To[int64](64 << 20)}).DoRaw(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the log of %s: %w", p.Name, err)
+		}
+		for _, e := range parseFailOpens(string(raw)) {
+			if !e.at.Before(from) && !e.at.After(to) {
+				events = append(events, e)
+			}
+		}
+	}
+	return events, nil
+}
+
+// failOpenLine is what the API server's webhook dispatchers log, at warning
+// level, for a call that failed with failurePolicy Ignore.
+const failOpenLine = "Failed calling webhook, failing open "
+
+// parseFailOpens finds, in an API server's log read with timestamps, the
+// calls to leaseguard's webhooks (named *.leaseguard.io) that failed open.
+// Their outcome is the error's last part (EOF, context deadline exceeded,
+// connection refused) and the webhook's name.
+func parseFailOpens(log string) []event {
+	var events []event
+	for _, line := range strings.Split(log, "\n") {
+		stamp, rest, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		_, msg, ok := strings.Cut(rest, failOpenLine)
+		if !ok {
+			continue
+		}
+		hook, callErr, ok := strings.Cut(msg, ": ")
+		if !ok || !strings.HasSuffix(hook, ".leaseguard.io") {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err != nil {
+			continue
+		}
+		reason := callErr
+		if i := strings.LastIndex(callErr, ": "); i >= 0 {
+			reason = callErr[i+2:]
+		}
+		events = append(events, event{at: at, kind: evFailOpen, who: hook, outcome: fmt.Sprintf("%s (%s)", strings.TrimSpace(reason), hook), detail: callErr})
+	}
+	return events
 }
 
 // counterDelta is after-before, or after when the counter was reset (the API

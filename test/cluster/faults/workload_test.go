@@ -81,6 +81,10 @@ const (
 	// control group that tells the API server's own outages (a restart,
 	// etcd or the node starved) from failures leaseguard causes.
 	evControl = "control write"
+	// A call of the API server's to a webhook of leaseguard's that failed
+	// and was admitted anyway (failurePolicy Ignore), from the API server's
+	// own log: when, and why.
+	evFailOpen = "webhook call failed open"
 )
 
 // controlWriter is the service account of the control writes.
