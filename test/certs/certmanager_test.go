@@ -65,7 +65,23 @@ func TestCertManagerModeWithTheRealCAInjector(t *testing.T) {
 	for _, f := range crds {
 		kubectl("apply", "--server-side", "-f", f)
 	}
-	kubectl("wait", "--for=condition=Established", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+	// Polled, not `kubectl wait --for=condition=Established`: read before
+	// the API server has set any condition on a CRD just created, kubectl
+	// wait fails at once (".status.conditions accessor error: <nil> is of
+	// the type <nil>"), as it did once in CI.
+	for _, crd := range []string{"certificates.cert-manager.io", "issuers.cert-manager.io"} {
+		var status string
+		for deadline := time.Now().Add(time.Minute); status != "True"; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("CRD %s not Established after a minute (Established: %q)", crd, status)
+			}
+			out, err := cp.Kubectl(kubeconfig, "get", "crd", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`).Output()
+			if err != nil {
+				t.Fatalf("kubectl get crd %s: %v", crd, err)
+			}
+			status = strings.TrimSpace(string(out))
+		}
+	}
 	kubectl("apply", "-n", "leaseguard-system", "-f", filepath.Join(root, "config", "certmanager", "certificate.yaml"))
 
 	// The annotation config/default puts on both webhook configurations; the
