@@ -167,16 +167,7 @@ func supportNote(support map[string]int, after kccworkload.Processes, from time.
 			}
 		}
 	}
-	reasons := make([]string, 0, len(count))
-	for r := range count {
-		reasons = append(reasons, r)
-	}
-	sort.Slice(reasons, func(i, j int) bool {
-		if count[reasons[i]] != count[reasons[j]] {
-			return count[reasons[i]] > count[reasons[j]]
-		}
-		return reasons[i] < reasons[j]
-	})
+	reasons := mostFrequentFirst(count)
 	for i, r := range reasons {
 		if i == 3 {
 			parts = append(parts, fmt.Sprintf("%d more exit reasons", len(reasons)-3))
@@ -431,20 +422,7 @@ func (o restartOutage) schemaWindow(unguarded restartOutage) time.Duration {
 
 // failureNote lists what failed the probes, most frequent first.
 func (o restartOutage) failureNote() string {
-	kinds := make([]string, 0, len(o.failures))
-	for k := range o.failures {
-		kinds = append(kinds, k)
-	}
-	sort.Slice(kinds, func(i, j int) bool {
-		if o.failures[kinds[i]] != o.failures[kinds[j]] {
-			return o.failures[kinds[i]] > o.failures[kinds[j]]
-		}
-		return kinds[i] < kinds[j]
-	})
-	for i, k := range kinds {
-		kinds[i] = fmt.Sprintf("%d× %s", o.failures[k], k)
-	}
-	return strings.Join(kinds, ", ")
+	return countedList(o.failures)
 }
 
 // probeRenewals probes one cluster from before the restart until its

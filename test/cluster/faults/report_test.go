@@ -223,21 +223,32 @@ func (r result) failOpenNote() string {
 	if r.failOpenLogged == 0 {
 		return ""
 	}
-	reasons := make([]string, 0, len(r.failOpenReasons))
-	for reason := range r.failOpenReasons {
-		reasons = append(reasons, reason)
+	return "; failed open, by the API server's log: " + countedList(r.failOpenReasons)
+}
+
+// mostFrequentFirst returns counts' keys, the most counted first (then by
+// name): what the report's notes list.
+func mostFrequentFirst(counts map[string]int) []string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
 	}
-	sort.Slice(reasons, func(i, j int) bool {
-		if r.failOpenReasons[reasons[i]] != r.failOpenReasons[reasons[j]] {
-			return r.failOpenReasons[reasons[i]] > r.failOpenReasons[reasons[j]]
+	sort.Slice(keys, func(i, j int) bool {
+		if counts[keys[i]] != counts[keys[j]] {
+			return counts[keys[i]] > counts[keys[j]]
 		}
-		return reasons[i] < reasons[j]
+		return keys[i] < keys[j]
 	})
-	parts := make([]string, len(reasons))
-	for i, reason := range reasons {
-		parts[i] = fmt.Sprintf("%d× %s", r.failOpenReasons[reason], reason)
+	return keys
+}
+
+// countedList renders counts as "3× a, 1× b", the most counted first.
+func countedList(counts map[string]int) string {
+	keys := mostFrequentFirst(counts)
+	for i, k := range keys {
+		keys[i] = fmt.Sprintf("%d× %s", counts[k], k)
 	}
-	return "; failed open, by the API server's log: " + strings.Join(parts, ", ")
+	return strings.Join(keys, ", ")
 }
 
 // joinNotes joins a report's notes, skipping empty ones.
