@@ -791,7 +791,7 @@ func (w *Workload) WaitAllLeading(ctx context.Context, s *Sampler, timeout time.
 				parts = append(parts, fmt.Sprintf("%s: %d of %d lead (%s)", c.System, f.Fewest, len(w.Reconciled), f.FirstMiss))
 			}
 			trouble, _ := w.podTrouble(ctx)
-			return 0, fmt.Errorf("not every namespace leads %s after the start: %s\n%s", timeout, strings.Join(parts, "; "), trouble)
+			return 0, fmt.Errorf("not every namespace leads within %s: %s\n%s", timeout, strings.Join(parts, "; "), trouble)
 		}
 		select {
 		case <-ctx.Done():
