@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/cel-go/cel"
+
 	"github.com/leaseguard/leaseguard/webhook/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/policy"
 )
@@ -155,5 +157,52 @@ func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
 		if got := sampleRouter(t).route(req, old, obj); got != "none" {
 			t.Errorf("acknowledged in the API server %v: validating route %q, want none", ack, got)
 		}
+	}
+}
+
+// An acknowledged renewal is most of the writes of a shared
+// MultiClusterLease, and every webhook's condition is evaluated on it.
+// Only the fail-closed webhook's condition may prove it a no-op (the whole
+// object compared, managedFields entry by entry): the fail-open route and
+// the mutating webhook each stop at something cheaper (renewTime kept,
+// the spec kept). Each costs less, in the API server's CEL cost units,
+// than the proof alone; a proof put back into either fails this.
+func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
+	stored := time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC)
+	old, obj := mclWrite(stored)
+	mfEntry(obj, 0)["time"] = stored.Add(2500 * time.Millisecond).Truncate(time.Second).Format(time.RFC3339)
+	req := map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
+		"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
+		"userInfo": map[string]any{"username": managerB}}
+	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
+	cost := func(name, expr string) (uint64, bool) {
+		t.Helper()
+		v, det, err := program(t, expr, cel.EvalOptions(cel.OptTrackCost)).Eval(vars)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return *det.ActualCost(), v.Value() == true
+	}
+	proof, isNoop := cost("the no-op proof", noopFirstRenewTime())
+	if !isNoop {
+		t.Fatal("the fixture is no acknowledged renewal: the no-op proof says it changes something")
+	}
+	r, err := Render(samplePolicy(t), Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, taken := cost("the fail-closed webhook", condition(r.Validating.Webhooks[0].MatchConditions, "selected-fail-closed"))
+	if taken || closed < proof {
+		t.Errorf("the fail-closed webhook's condition: taken %v at cost %d; want not taken, having proved the no-op (cost %d)", taken, closed, proof)
+	}
+	for name, expr := range map[string]string{
+		"the fail-open route":  condition(r.Validating.Webhooks[1].MatchConditions, "selected-and-changed"),
+		"the mutating webhook": condition(r.Mutating.Webhooks[0].MatchConditions, "may-need-designation"),
+	} {
+		c, taken := cost(name, expr)
+		if taken || c >= proof {
+			t.Errorf("%s's condition: taken %v at cost %d; want not taken, at less than the no-op proof's %d", name, taken, c, proof)
+		}
+		t.Logf("%s: cost %d (the no-op proof: %d; the fail-closed condition: %d)", name, c, proof, closed)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // program compiles a match condition in the API server's CEL environment
 // for new expressions, with the request, object and oldObject untyped, as
 // a webhook's match conditions see them.
-func program(t *testing.T, expr string) cel.Program {
+func program(t *testing.T, expr string, opts ...cel.ProgramOption) cel.Program {
 	t.Helper()
 	env, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Env(environment.NewExpressions)
 	if err != nil {
@@ -32,7 +32,7 @@ func program(t *testing.T, expr string) cel.Program {
 	if iss.Err() != nil {
 		t.Fatalf("%v\n%s", iss.Err(), expr)
 	}
-	prg, err := env.Program(ast)
+	prg, err := env.Program(ast, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
