@@ -123,12 +123,7 @@ func toAny(s []string) []any {
 // mutating webhook is still called for such a write, as before.
 func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
 	p := samplePolicy(t)
-	stored := time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC)
-	old, obj := mclWrite(stored)
-	mfEntry(obj, 0)["time"] = stored.Add(2500 * time.Millisecond).Truncate(time.Second).Format(time.RFC3339)
-	req := map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
-		"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
-		"userInfo": map[string]any{"username": managerB}}
+	req, old, obj := acknowledgedRenewal()
 	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
 	for _, ack := range []bool{false, true} {
 		o := Defaults()
@@ -168,12 +163,7 @@ func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
 // the spec kept). Each costs less, in the API server's CEL cost units,
 // than the proof alone; a proof put back into either fails this.
 func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
-	stored := time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC)
-	old, obj := mclWrite(stored)
-	mfEntry(obj, 0)["time"] = stored.Add(2500 * time.Millisecond).Truncate(time.Second).Format(time.RFC3339)
-	req := map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
-		"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
-		"userInfo": map[string]any{"username": managerB}}
+	req, old, obj := acknowledgedRenewal()
 	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
 	cost := func(name, expr string) (uint64, bool) {
 		t.Helper()
@@ -205,4 +195,17 @@ func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
 		}
 		t.Logf("%s: cost %d (the no-op proof: %d; the fail-closed condition: %d)", name, c, proof, closed)
 	}
+}
+
+// acknowledgedRenewal is another manager's renewal of the sample's shared
+// MultiClusterLease as the MutatingAdmissionPolicy leaves it: the stored
+// object but for the API server's new stamp.
+func acknowledgedRenewal() (req, old, obj map[string]any) {
+	stored := time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC)
+	old, obj = mclWrite(stored)
+	mfEntry(obj, 0)["time"] = stored.Add(2500 * time.Millisecond).Truncate(time.Second).Format(time.RFC3339)
+	req = map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
+		"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
+		"userInfo": map[string]any{"username": managerB}}
+	return req, old, obj
 }
