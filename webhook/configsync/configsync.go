@@ -67,13 +67,9 @@ const PolicyAnnotation = "leaseguard.io/policy-sha256"
 // recomputes it (docs/security.md).
 const RenderingAnnotation = "leaseguard.io/rendering-sha256"
 
-// BypassAnnotation on the validating configuration stops every replica
-// from writing leaseguard's admission configuration, so that an operator's
-// emergency edit stays; its value says why. It is reported while it is
-// there (leaseguard_admission_configuration_bypassed, the alert
-// LeaseguardAdmissionConfigurationBypassed, kubectl leaseguard top);
-// removing it restores the rendering at the next resync.
-const BypassAnnotation = "leaseguard.io/bypass"
+// BypassAnnotation is manifests.BypassAnnotation: while it is on the
+// validating configuration, no replica writes the admission configuration.
+const BypassAnnotation = manifests.BypassAnnotation
 
 // DefaultStaleAfter is how long a replica accepts a configuration sealed
 // as the rendering of another policy before it reports it out of sync: a

@@ -99,6 +99,16 @@ const (
 	FailOpenAnnotation = "leaseguard.io/fail-open"
 )
 
+// BypassAnnotation on the validating configuration stops every replica
+// from writing leaseguard's admission configuration, so that an operator's
+// emergency edit stays; its value says why. It is reported while it is
+// there (leaseguard_admission_configuration_bypassed, the alert
+// LeaseguardAdmissionConfigurationBypassed, kubectl leaseguard top);
+// removing it restores the rendering at the next resync (package
+// configsync). It is defined here, with the configuration it marks, so
+// that what reads it (top) need not link what writes the configuration.
+const BypassAnnotation = "leaseguard.io/bypass"
+
 func (g *generator) renderedWith() map[string]string {
 	a := map[string]string{CoalesceAnnotation: string(g.o.Coalescing)}
 	if g.o.FailOpen {

@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/configsync"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 // bypassReader tells whether leaseguard's admission configuration is
-// bypassed (configsync.BypassAnnotation on its validating configuration),
+// bypassed (manifests.BypassAnnotation on its validating configuration),
 // so that top says so: while bypassed, what the webhook judges is not
 // what the policy says.
 type bypassReader struct {
@@ -40,7 +40,7 @@ func (b *bypassReader) read(ctx context.Context) {
 	var bypass *leasetraffic.AdmissionBypass
 	v, err := b.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, b.name, metav1.GetOptions{})
 	if err == nil {
-		if reason, ok := v.Annotations[configsync.BypassAnnotation]; ok {
+		if reason, ok := v.Annotations[manifests.BypassAnnotation]; ok {
 			bypass = &leasetraffic.AdmissionBypass{Configuration: b.name, Reason: reason}
 		}
 	}

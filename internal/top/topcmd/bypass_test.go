@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/leaseguard/leaseguard/webhook/configsync"
+	"github.com/leaseguard/leaseguard/webhook/manifests"
 )
 
 func TestBypassReaderSaysWhatTheAnnotationSays(t *testing.T) {
@@ -28,7 +28,7 @@ func TestBypassReaderSaysWhatTheAnnotationSays(t *testing.T) {
 	if got := b.current(); got != nil {
 		t.Errorf("not bypassed: %+v", got)
 	}
-	v.Annotations = map[string]string{configsync.BypassAnnotation: "INC-42"}
+	v.Annotations = map[string]string{manifests.BypassAnnotation: "INC-42"}
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
