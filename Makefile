@@ -132,9 +132,9 @@ test: ## The whole suite with stage timings: the control plane, then three track
 # Packages whose tests run one goroutine: neither they nor a package of
 # this module they run starts another (hack/race-free.sh fails when one
 # does). The race detector has nothing to find there and makes their CEL
-# compiles four times slower (webhook/manifests: 141 s with it, 32 s
+# compiles four times slower (webhook/render/manifests: 141 s with it, 32 s
 # without, alone on two cores), so they run without it.
-RACE_FREE := ./webhook/manifests ./webhook/vap ./internal/cli
+RACE_FREE := ./webhook/render/manifests ./webhook/render/vap ./internal/cli
 UNIT_PACKAGES := ./api/... ./webhook/... ./certs/... ./config/... ./cmd/... ./internal/... ./test/controlplane/... ./test/certmanager/... ./test/testfixtures/... ./test/procstat/...
 
 .PHONY: test-unit
@@ -151,7 +151,7 @@ test-perf: #: Tests of the measuring programs (test/perf).
 
 .PHONY: fuzz
 fuzz: ## Fuzz the decode-and-decide path for FUZZTIME executions, from the committed seed corpus.
-	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./webhook/admission
+	go test -run='^$$' -fuzz=FuzzDecodeAndDecide -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./webhook/serve/admission
 
 BENCHSTAT := cd hack/tools && go tool benchstat
 
@@ -169,7 +169,7 @@ bench-cel: #: The CEL the generated configuration makes the API server evaluate 
 .PHONY: bench
 bench: ## Benchmarks of the decision core and of the handler beside a no-op handler (docs/performance.md).
 	@mkdir -p bin
-	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/admission ./webhook/policy | tee bin/bench.txt
+	go test -run='^$$' -bench='Handler|Decide' -benchmem -count=10 ./webhook/serve/admission ./webhook/decision/policy | tee bin/bench.txt
 	$(BENCHSTAT) -col /handler -filter '.name:Handler' $(CURDIR)/bin/bench.txt
 	$(BENCHSTAT) -filter '.name:/Decide/' $(CURDIR)/bin/bench.txt
 
@@ -302,7 +302,7 @@ kind-node-image: #: Build the offline kind node image (hack/kind/node-image.sh) 
 .PHONY: bench-top
 bench-top: #: Benchmarks of leaseguard top's aggregation and informer path, and of the webhook's /debug/leases sketch.
 	@mkdir -p bin
-	go test -run='^$$' -bench='Observe|Report|InformerEvent' -benchmem -count=10 ./internal/top/leasetraffic ./internal/top/leasewatch ./webhook/leasestats | tee bin/bench-top.txt
+	go test -run='^$$' -bench='Observe|Report|InformerEvent' -benchmem -count=10 ./internal/top/leasetraffic ./internal/top/leasewatch ./webhook/serve/leasestats | tee bin/bench-top.txt
 	$(BENCHSTAT) -col /sink -filter '.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
 	$(BENCHSTAT) -filter '-.name:InformerEvent' $(CURDIR)/bin/bench-top.txt
 

@@ -10,14 +10,13 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/server/tls/authority"
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
 // SelfManaged keeps a CA in a Secret of leaseguard's namespace, issues and
 // renews the serving certificate from it in memory, and keeps the caBundle of
-// leaseguard's own webhook configurations current, for clusters without
-// cert-manager. The PKI is cert-manager's (its webhook's dynamic authority
+// leaseguard's own webhook configurations current (with Alongside), for
+// clusters without cert-manager. The PKI is cert-manager's (its webhook's dynamic authority
 // and source). Every replica may run it at once: the CA Secret is created
 // once and then shared, and the caBundle updates are idempotent, so no leader
 // election is needed (docs/design.md §5).
@@ -27,10 +26,11 @@ type SelfManaged struct {
 	SecretName string
 	// DNSNames of the serving certificate (the webhook Service's names).
 	DNSNames []string
-	// ValidatingWebhook and MutatingWebhook name the configurations whose
-	// caBundle is kept current; empty names are skipped.
-	ValidatingWebhook string
-	MutatingWebhook   string
+	// Alongside runs with the certificate source until ctx ends: what
+	// keeps the caBundle of leaseguard's webhook configurations the CA's
+	// (configsync.CABundleKeeper.Run, which writes the rest of those
+	// objects too); nil runs nothing. An error from it stops Start.
+	Alongside func(context.Context) error
 	// CADuration and LeafDuration default to one year and one week.
 	CADuration   time.Duration
 	LeafDuration time.Duration
@@ -83,31 +83,20 @@ func (s *SelfManaged) TLSOptions() ([]func(*tls.Config), error) {
 	return append(opts, func(c *tls.Config) { c.GetCertificate = s.source.GetCertificate }), nil
 }
 
-// Start runs the certificate source (and through it the authority) and the
-// caBundle keeper until ctx ends.
+// Start runs the certificate source (and through it the authority) and
+// Alongside until ctx ends.
 func (s *SelfManaged) Start(ctx context.Context) error {
 	if err := s.init(); err != nil {
 		return err
 	}
-	cs, err := kubernetes.NewForConfig(s.Config)
-	if err != nil {
-		return err
-	}
 	ctx = logr.NewContext(ctx, s.Log)
-	keeper := &bundleKeeper{
-		client:     cs,
-		config:     s.Config,
-		namespace:  s.Namespace,
-		secretName: s.SecretName,
-		validating: s.ValidatingWebhook,
-		mutating:   s.MutatingWebhook,
-		log:        s.Log.WithName("cabundle"),
-	}
 	g, ctx := errgroup.WithContext(ctx)
 	// The source runs the authority itself (cert-manager's DynamicSource.Start
 	// calls Authority.Run): starting it here too would run two Secret
 	// informers and race on the authority's fields.
 	g.Go(func() error { return s.source.Start(ctx) })
-	g.Go(func() error { return keeper.run(ctx) })
+	if s.Alongside != nil {
+		g.Go(func() error { return s.Alongside(ctx) })
+	}
 	return g.Wait()
 }

@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
-	"github.com/leaseguard/leaseguard/webhook/vap"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/render/vap"
 )
 
 // config/vap/vap.yaml is what `leaseguard vap` renders for the sample

@@ -3,7 +3,7 @@
 # Makefile tests without the race detector (RACE_FREE) starts a goroutine:
 # in its own files, its tests included, or in a package of this module it
 # runs. The race detector finds nothing where one goroutine runs, and it
-# makes these packages' CEL compiles four times slower (webhook/manifests:
+# makes these packages' CEL compiles four times slower (webhook/render/manifests:
 # 141 s with it, 32 s without, alone on two cores); a package that starts
 # one goes back under -race.
 set -euo pipefail

@@ -28,8 +28,8 @@ import (
 	"github.com/leaseguard/leaseguard/config"
 	"github.com/leaseguard/leaseguard/internal/controlplane"
 	"github.com/leaseguard/leaseguard/internal/devexamples"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/server"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
+	"github.com/leaseguard/leaseguard/webhook/serve/server"
 )
 
 // The demo's designated manager keeps the sample MultiClusterLease fresh, so

@@ -22,7 +22,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/internal/cli"
 	"github.com/leaseguard/leaseguard/internal/top/topcmd"
-	"github.com/leaseguard/leaseguard/webhook/metrics"
+	"github.com/leaseguard/leaseguard/webhook/serve/metrics"
 )
 
 // repoRoot is the repository, seen from this package's folder.
@@ -248,8 +248,8 @@ func metricTokens(cell string) []string {
 }
 
 // registeredMetrics are the names of the leaseguard_* metrics the server
-// registers with every option on: webhook/metrics' Recorder with each of its
-// registering methods (as webhook/server.Run calls them: New, then
+// registers with every option on: webhook/serve/metrics' Recorder with each of its
+// registering methods (as webhook/serve/server.Run calls them: New, then
 // ManageAdmissionConfiguration, MetricsAuth, ...), and controller-runtime's
 // registry, which /metrics serves too.
 func registeredMetrics(t *testing.T) map[string]bool {

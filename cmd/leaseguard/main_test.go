@@ -86,8 +86,8 @@ func TestServerLinksNoTools(t *testing.T) {
 			t.Fatalf("go list -tags %q -deps ./cmd/leaseguard: %v\n%s", tags, err, out)
 		}
 		deps := strings.Fields(string(out))
-		if len(deps) < 100 || !contains(deps, "github.com/leaseguard/leaseguard/webhook/server") {
-			t.Fatalf("go list -deps printed %d packages, without webhook/server: %s", len(deps), out)
+		if len(deps) < 100 || !contains(deps, "github.com/leaseguard/leaseguard/webhook/serve/server") {
+			t.Fatalf("go list -deps printed %d packages, without webhook/serve/server: %s", len(deps), out)
 		}
 		for _, p := range deps {
 			for _, banned := range []string{"charm.land/", "github.com/charmbracelet/", "k8s.io/cli-runtime/",

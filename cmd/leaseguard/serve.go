@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -13,15 +14,15 @@ import (
 
 	"github.com/leaseguard/leaseguard/certs"
 	"github.com/leaseguard/leaseguard/internal/cli"
-	"github.com/leaseguard/leaseguard/webhook/configsync"
-	"github.com/leaseguard/leaseguard/webhook/server"
+	"github.com/leaseguard/leaseguard/webhook/render/configsync"
+	"github.com/leaseguard/leaseguard/webhook/serve/server"
 )
 
 func newServeCommand() *cobra.Command {
 	o := server.Options{}
 	files := &certs.FileSource{}
 	self := &certs.SelfManaged{}
-	var certMode, serviceName, kubeconfig string
+	var certMode, serviceName, kubeconfig, validatingName, mutatingName string
 	var manageConfig, metricsSecure bool
 	var resync time.Duration
 	cmd := &cobra.Command{
@@ -50,8 +51,8 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	fs.StringVar(&self.SecretName, "ca-secret-name", "leaseguard-ca", "self-managed: the Secret in --namespace holding the CA")
 	fs.StringVar(&serviceName, "webhook-service-name", "leaseguard-webhook-service", "self-managed: the webhook Service, whose DNS names the certificate carries")
 	fs.StringSliceVar(&self.DNSNames, "dns-name", nil, "self-managed: DNS names of the serving certificate (default: the Service's names)")
-	fs.StringVar(&self.ValidatingWebhook, "validating-webhook-configuration", "leaseguard-validating-webhook-configuration", "leaseguard's validating webhook configuration: the one whose caBundle (self-managed) and webhooks (--manage-webhook-configurations) are kept current; its name gives the mutating configuration's and the coalescing policy's prefix")
-	fs.StringVar(&self.MutatingWebhook, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
+	fs.StringVar(&validatingName, "validating-webhook-configuration", "leaseguard-validating-webhook-configuration", "leaseguard's validating webhook configuration: the one whose caBundle (self-managed) and webhooks (--manage-webhook-configurations) are kept current; its name gives the mutating configuration's and the coalescing policy's prefix")
+	fs.StringVar(&mutatingName, "mutating-webhook-configuration", "leaseguard-mutating-webhook-configuration", "self-managed: the configuration whose caBundle is kept current")
 	fs.BoolVar(&manageConfig, "manage-webhook-configurations", false, "keep the webhooks of leaseguard's configurations (and its coalescing policy) the rendering of the policy in force, on every reload (needs get and update on them; docs/design.md §5)")
 	fs.DurationVar(&resync, "webhook-configurations-resync", time.Minute, "--manage-webhook-configurations: how often the configuration is checked for edits by others without a watch event (a safety net: each object is watched), and how long an edit that names another policy is left for a replica holding that policy")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "self-managed, --manage-webhook-configurations and --metrics-secure: kubeconfig (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
@@ -68,7 +69,7 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o.Log = newLogger().WithName("leaseguard")
 		if manageConfig {
-			prefix, err := configsync.PrefixOf(self.ValidatingWebhook)
+			prefix, err := configsync.PrefixOf(validatingName)
 			if err != nil {
 				return cli.Usage(fmt.Errorf("--manage-webhook-configurations: %w", err))
 			}
@@ -91,10 +92,7 @@ file, the serving certificate, a port); 2 for bad usage (flags, arguments).`,
 				return fmt.Errorf("self-managed certificates need the API server: %w", err)
 			}
 			self.Namespace, self.Config, self.Clients = o.Namespace, cfg, files.Clients
-			self.Log = o.Log.WithName("certs")
-			if len(self.DNSNames) == 0 {
-				self.DNSNames = []string{serviceName + "." + o.Namespace + ".svc", serviceName + "." + o.Namespace + ".svc.cluster.local"}
-			}
+			selfManaged(self, o.Log.WithName("certs"), serviceName, validatingName, mutatingName)
 			o.Certs = self
 		default:
 			return cli.Usage(fmt.Errorf(`--cert-mode %q: want "cert-manager", "files" or "self-managed"`, certMode))
@@ -126,10 +124,23 @@ func envOr(name, fallback string) string {
 // hands it out (the API server's priority and fairness applies): what uses
 // it directly (configsync, the caBundle writer) sends a few requests a
 // minute, and the TokenReview lanes of --metrics-secure set their own
-// limits (webhook/server/metricsauth.go).
+// limits (webhook/serve/server/metricsauth.go).
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		return clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	return ctrl.GetConfig()
+}
+
+// selfManaged completes the self-managed certificate source: its log, the
+// webhook Service's names when none were given, and the caBundle keeper of
+// leaseguard's two webhook configurations run beside it.
+func selfManaged(self *certs.SelfManaged, log logr.Logger, serviceName, validating, mutating string) {
+	self.Log = log
+	keeper := &configsync.CABundleKeeper{Config: self.Config, Namespace: self.Namespace, SecretName: self.SecretName,
+		Validating: validating, Mutating: mutating, Log: log.WithName("cabundle")}
+	self.Alongside = keeper.Run
+	if len(self.DNSNames) == 0 {
+		self.DNSNames = []string{serviceName + "." + self.Namespace + ".svc", serviceName + "." + self.Namespace + ".svc.cluster.local"}
+	}
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaseguard/leaseguard/webhook/leaseobject"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
 
 // checkOptions are the flags of `leaseguard check`.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // checkRoutable renders p as an install of leaseguard in namespace would

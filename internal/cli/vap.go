@@ -6,10 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
-	"github.com/leaseguard/leaseguard/webhook/vap"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/vap"
 )
 
 // NewVAPCommand is `vap`: the policy as ValidatingAdmissionPolicies, for

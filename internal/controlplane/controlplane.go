@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/leaseguard/leaseguard/config"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // KubernetesVersion is the version of the control-plane binaries built by
@@ -92,7 +92,7 @@ type Options struct {
 	WebhookCAData  []byte
 	WebhookCertDir string
 	// Policy is the policy file whose admission configuration is installed,
-	// rendered by `leaseguard manifests` (webhook/manifests); the embedded
+	// rendered by `leaseguard manifests` (webhook/render/manifests); the embedded
 	// config/samples/policy.yaml when empty.
 	Policy string
 	// Manifests tunes that rendering (coalescing, fail-open); the service

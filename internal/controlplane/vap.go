@@ -9,8 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/vap"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/vap"
 )
 
 // StartWithoutWebhooks starts kube-apiserver and etcd with the

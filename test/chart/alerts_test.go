@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
-	"github.com/leaseguard/leaseguard/webhook/metrics"
+	"github.com/leaseguard/leaseguard/webhook/serve/metrics"
 )
 
 const (
@@ -67,7 +67,7 @@ func (d *describer) MustRegister(cs ...prometheus.Collector) {
 
 func (*describer) Unregister(prometheus.Collector) bool { return false }
 
-// registered returns the metrics webhook/metrics registers, by name.
+// registered returns the metrics webhook/serve/metrics registers, by name.
 func registered(t *testing.T) map[string]family {
 	t.Helper()
 	d := &describer{families: map[string]family{}}
@@ -97,7 +97,7 @@ func registered(t *testing.T) map[string]family {
 		}
 	}
 	if len(d.families) < 5 {
-		t.Fatalf("webhook/metrics describes %d metrics: %v", len(d.families), d.families)
+		t.Fatalf("webhook/serve/metrics describes %d metrics: %v", len(d.families), d.families)
 	}
 	return d.families
 }
@@ -105,7 +105,7 @@ func registered(t *testing.T) map[string]family {
 // external are the metrics the alerts read from other exporters, with their
 // labels: kube-apiserver 1.37 (k8s.io/apiserver/pkg/admission/metrics),
 // cert-manager v1.21 (pkg/metrics), controller-runtime's certwatcher, which
-// leaseguard serves on its /metrics (webhook/server gathers ctrlmetrics).
+// leaseguard serves on its /metrics (webhook/serve/server gathers ctrlmetrics).
 var external = map[string][]string{
 	"apiserver_admission_webhook_rejection_count":          {"name", "type", "operation", "error_type", "rejection_code"},
 	"apiserver_admission_webhook_fail_open_count":          {"name", "type"},
@@ -153,7 +153,7 @@ type promrulesOutput struct {
 }
 
 // Every metric an alert selects exists: leaseguard_* ones are registered by
-// webhook/metrics (read by Prometheus's own PromQL parser, through
+// webhook/serve/metrics (read by Prometheus's own PromQL parser, through
 // promrules), the others are listed in external with their source. And the
 // promtool unit tests' input series have exactly the labels their exporter
 // gives them, so the tests test the alerts against the real shape.
@@ -178,7 +178,7 @@ func TestAlertsNameOnlyExportedMetrics(t *testing.T) {
 		for _, m := range r.Metrics {
 			if strings.HasPrefix(m, "leaseguard_") {
 				if _, ok := resolve(fams, m); !ok {
-					t.Errorf("%s selects %s, which webhook/metrics does not register", r.Name, m)
+					t.Errorf("%s selects %s, which webhook/serve/metrics does not register", r.Name, m)
 				}
 			} else if _, ok := external[m]; !ok {
 				t.Errorf("%s selects %s, neither leaseguard's nor a known exporter's", r.Name, m)

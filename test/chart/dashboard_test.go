@@ -52,7 +52,7 @@ func TestDashboardIsGenerated(t *testing.T) {
 
 // Every panel queries, every query parses (Prometheus's own parser,
 // through promrules), and every metric it selects, every label it matches
-// and every label it groups by is one leaseguard (webhook/metrics) or the
+// and every label it groups by is one leaseguard (webhook/serve/metrics) or the
 // named exporter really exports: a renamed metric or label fails here, not
 // as an empty panel in production.
 func TestDashboardQueriesNameExportedMetrics(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package chart tests charts/leaseguard against what it must agree with: the
 // generator of the webhook configurations (leaseguard manifests), the
 // kustomize install of config/, and, for the alerts of config/prometheus, the
-// metrics webhook/metrics registers. It runs the real helm, kubectl and
+// metrics webhook/serve/metrics registers. It runs the real helm, kubectl and
 // promrules binaries: `make test-chart` and `make test-alerts` build them and
 // set HELM, KUBECTL and PROMRULES; without them the tests that need one skip.
 package chart

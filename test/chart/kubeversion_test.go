@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // mutatingAdmissionPolicyAPI is what the chart asks Helm's capabilities

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/configsync"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/configsync"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // The webhook configurations follow the policy file without anyone

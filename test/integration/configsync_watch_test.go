@@ -23,10 +23,10 @@ import (
 
 	"github.com/leaseguard/leaseguard/config"
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/configsync"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/render/configsync"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // The admission configuration is kept by a controller that watches each

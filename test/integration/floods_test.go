@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // peakRSS is a process's peak resident set (VmHWM), in bytes.

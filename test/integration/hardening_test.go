@@ -25,7 +25,7 @@ import (
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // The attacks of docs/security.md, tried through the real API server by

@@ -29,7 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/leasestats"
+	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 )
 
 // The metrics port as shipped (--metrics-secure, the default of `leaseguard

@@ -29,7 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/server"
+	"github.com/leaseguard/leaseguard/webhook/serve/server"
 )
 
 // Issue 36 item 6, an authentication flood: the metrics port reviewed every

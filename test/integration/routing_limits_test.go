@@ -18,8 +18,8 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/configsync"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/configsync"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // A policy leaseguard enforces is one the API server routes (issue 41,

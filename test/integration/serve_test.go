@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // `leaseguard serve` refuses to start rather than serve without a good

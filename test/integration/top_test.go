@@ -31,8 +31,8 @@ import (
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/leasestats"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
+	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 )
 
 // The rules `leaseguard top` is tested with, in audit mode so that the

@@ -23,7 +23,7 @@ import (
 	"github.com/leaseguard/leaseguard/test/multicluster/gcslock"
 	"github.com/leaseguard/leaseguard/test/multicluster/kccmanager"
 	"github.com/leaseguard/leaseguard/test/multicluster/mclcontroller"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 const (

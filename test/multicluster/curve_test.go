@@ -23,8 +23,8 @@ import (
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/multicluster/kccmanager"
 	"github.com/leaseguard/leaseguard/test/procstat"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
 
 // The load curve (docs/multicluster.md, "Load as a curve"): N namespace-mode

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // The policies read the server's clock from managedFields, which clients

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // parityCase is one write of the corpus: a table case of the policy core

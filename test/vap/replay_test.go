@@ -23,11 +23,11 @@ import (
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/test/controlplane"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // corpusFile is testdata/policy-cases.json, written from the policy core's
-// table cases by webhook/policy's TestVAPCorpusIsCurrent.
+// table cases by webhook/decision/policy's TestVAPCorpusIsCurrent.
 type corpusFile struct {
 	Policy string
 	Cases  []corpusCase

@@ -12,7 +12,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/testfixtures"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // config/vap, applied with kubectl to an API server without leaseguard,

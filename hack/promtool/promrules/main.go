@@ -15,7 +15,7 @@
 //	    each aggregation groups by.
 //
 // test/chart's TestAlerts* and TestDashboard* compare that output with the
-// metrics webhook/metrics registers.
+// metrics webhook/serve/metrics registers.
 package main
 
 import (

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // benchLeases builds n leases renewed every 2s for a minute, so that their

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // Report is a snapshot of the observed traffic: what `leaseguard top`

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // MaxEvents bounds the events kept per lease. A lease written more often

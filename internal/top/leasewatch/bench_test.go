@@ -10,7 +10,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // countingSink counts deliveries and passes them on (to nothing for the

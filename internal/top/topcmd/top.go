@@ -30,8 +30,8 @@ import (
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
 	"github.com/leaseguard/leaseguard/internal/top/topui"
 	"github.com/leaseguard/leaseguard/internal/top/webhookstats"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
 
 type topOptions struct {

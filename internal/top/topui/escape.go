@@ -12,7 +12,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // Every string a client wrote (a holder identity, an annotation, a field

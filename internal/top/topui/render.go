@@ -17,7 +17,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // Format is an output format (-o).

@@ -1,5 +1,5 @@
 // Package webhookstats reads the webhook's /debug/leases (the heaviest
-// leases and users it has judged, webhook/leasestats) into `leaseguard
+// leases and users it has judged, webhook/serve/leasestats) into `leaseguard
 // top`: what the webhook judged for each lease within top's window, and the
 // users behind those requests — which a watcher alone cannot see.
 //
@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/leasestats"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 )
 
 // maxBody bounds a snapshot: 1,000 leases and 1,000 writers fit well within.

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// leaseguard's names (webhook/configsync, webhook/manifests), written out:
+// leaseguard's names (webhook/render/configsync, webhook/render/manifests), written out:
 // importing those packages would bring the generator's CEL into this
 // module.
 const (

@@ -21,10 +21,10 @@ import (
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/procstat"
-	"github.com/leaseguard/leaseguard/webhook/manifests"
-	"github.com/leaseguard/leaseguard/webhook/policy"
-	"github.com/leaseguard/leaseguard/webhook/policyfile"
-	"github.com/leaseguard/leaseguard/webhook/vap"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/vap"
 )
 
 // The renewed Leases live in selectedNS, which leaseguard's policy selects,

@@ -6,7 +6,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
-	"github.com/leaseguard/leaseguard/webhook/manifests"
+	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
 // The terms BenchmarkConditionTerms prices, as the sample policy renders them.

@@ -12,7 +12,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 
-	"github.com/leaseguard/leaseguard/webhook/vap"
+	"github.com/leaseguard/leaseguard/webhook/render/vap"
 )
 
 // vapFor renders `leaseguard vap` for the sample policy and returns the

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // The core simulation runs the decision core, as the webhook and the

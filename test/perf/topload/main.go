@@ -38,7 +38,7 @@ import (
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
-	"github.com/leaseguard/leaseguard/webhook/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 type options struct {
