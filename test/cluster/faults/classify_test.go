@@ -281,6 +281,31 @@ func TestElectionFiguresCountHolderChangesAndTheLongestStillRenewTime(t *testing
 	if n := electionNote(got); !strings.Contains(n, "kube-controller-manager 1 holder changes, renewTime still at most 4s") {
 		t.Errorf("note %q", n)
 	}
+	if h := strings.Join(got[0].holders, " → "); h != "a → b" {
+		t.Errorf("kube-controller-manager's holders %q, want a → b", h)
+	}
+}
+
+// A holder change is the component's own when its container restarted
+// in the window and its Lease never stood still as long as the renew
+// deadline: the new process is a new candidate. One that lost its Lease
+// (renewTime still for the renew deadline) and restarted for it is
+// charged, as is a change with no restart.
+func TestAHolderChangeIsTheComponentsOwnOnlyWhenItRestartedWithoutMissingARenewal(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		f       electionFigures
+		charged int
+	}{
+		{"a restart, renewals kept", electionFigures{holderChanges: 1, restarts: 1, longestStale: 3 * time.Second}, 0},
+		{"no restart", electionFigures{holderChanges: 1, longestStale: 3 * time.Second}, 1},
+		{"a restart after the Lease stood still for the renew deadline", electionFigures{holderChanges: 1, restarts: 1, longestStale: renewDeadline}, 1},
+		{"two changes, one restart", electionFigures{holderChanges: 2, restarts: 1, longestStale: 2 * time.Second}, 1},
+	} {
+		if got := c.f.holderChanges - c.f.ownRestarts(); got != c.charged {
+			t.Errorf("%s: %d holder changes charged, want %d", c.name, got, c.charged)
+		}
+	}
 }
 
 // The API server logs each call to a webhook that failed open; only
