@@ -588,3 +588,42 @@ func TestPoliciesThatFitRenderAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// A policy that fit before the fail-open route was said as what it
+// carries still fits as it did: the route must not grow with the rules'
+// selection. A one-rule MultiClusterLease policy with status writers and
+// 110 lease names rendered exactly, its renewals policy taking the plain
+// renewals; when the route repeated every rule's selection for the status
+// writers' writes it no longer did (a review found it: the renewals policy
+// took nothing from 85 names on, and from 115 the whole rendering fell to
+// a broader level where status writers' status writes lose the fail-open
+// route).
+func TestTheFailOpenRouteDoesNotRepeatTheSelection(t *testing.T) {
+	names := make([]string, 110)
+	for i := range names {
+		names[i] = fmt.Sprintf("%q", fmt.Sprintf("kcc-leader-%03d", i))
+	}
+	p := parsePolicy(t, `apiVersion: leaseguard.io/v1alpha1
+kind: LeasePolicy
+rules:
+- name: kcc-mcl
+  resources: [multiclusterleases]
+  namespaces: [cnrm-system]
+  names: [`+strings.Join(names, ", ")+`]
+  managers: ["system:serviceaccount:cnrm-system:cnrm-controller-manager-*"]
+  designation: auto
+  statusWriters: ["system:serviceaccount:multiclusterlease-system:default"]
+  enforcement: deny
+`)
+	r, err := Render(p, Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Limits) > 0 || len(r.Notes) > 0 {
+		t.Errorf("110 names no longer render exactly, the renewals policy taking the plain renewals: %q", r.Notes)
+	}
+	open := condition(r.Validating.Webhooks[1].MatchConditions, "selected-and-changed")
+	if !strings.Contains(open, "request.?subResource.orValue('') == 'status'") {
+		t.Errorf("the fail-open route no longer carries the status writers' status writes")
+	}
+}

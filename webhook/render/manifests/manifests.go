@@ -449,8 +449,14 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 // conditions' CPU per acknowledged renewal, docs/multicluster.md).
 func (g *generator) renewalsWebhookCondition(selected, closed string) string {
 	changing := harmlessRenewal(resourcesOf(g.rules), g.skew)
-	if statusWrites := g.statusWriterStatusWrites(); statusWrites != "false" {
-		changing = celexpr.Or(changing, celexpr.And(statusWrites, celexpr.Not(noopFirstRenewTime())))
+	if g.statusWriterStatusWrites() != "false" {
+		// Any status write that changes something: one by someone other
+		// than a status writer is an identity change (a subresource), so
+		// closed already keeps it off this route. Said so, the route does
+		// not repeat every rule's selection (statusWriterStatusWrites), which
+		// made it a third larger and pushed policies near the API server's
+		// limits to a broader rendering (limits.go).
+		changing = celexpr.Or(changing, celexpr.And("request.?subResource.orValue('') == 'status'", celexpr.Not(noopFirstRenewTime())))
 	}
 	route := celexpr.And(selected, changing, celexpr.Not(closed))
 	if !g.rendersRenewalsPolicy() {
