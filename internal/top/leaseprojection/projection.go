@@ -5,7 +5,7 @@
 // A watcher sees the stored objects, not the requests: not who wrote
 // (managedFields name field managers, not users), not the writes that were
 // refused, and not the server's clock at admission. So each write is judged
-// as if written by the writer the rule admits (policy.AssumedWriter),
+// as if written by the writer the rule admits (assumedWriter, writer.go),
 // at the time it was observed; identity invariants are thereby assumed
 // kept, and what is judged is what the stored objects show: fencing (I4),
 // the renewal rate (I6) and renewTime sanity (I7). Status writes, and
@@ -36,7 +36,7 @@ func (p *Projector) Project(res policy.Resource, old, new *policy.Object, at tim
 	if status || new == nil || p.neverIntercepted(new.Namespace) {
 		return leasetraffic.Projection{}
 	}
-	_, caller, basis, ok := policy.AssumedWriter(p.Policy, res, new)
+	_, caller, basis, ok := assumedWriter(p.Policy, res, new)
 	if !ok {
 		return leasetraffic.Projection{}
 	}

@@ -24,14 +24,21 @@ func object(ns, name, holder string, renew time.Duration, designated string) *po
 	return o
 }
 
-// sample is config/samples/policy.yaml, with its coalesceRenewals lines or
-// without them.
-func sample(t *testing.T, coalescing bool) *Projector {
+// sampleText is config/samples/policy.yaml.
+func sampleText(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile("../../../config/samples/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(data)
+}
+
+// sample is config/samples/policy.yaml, with its coalesceRenewals lines or
+// without them.
+func sample(t *testing.T, coalescing bool) *Projector {
+	t.Helper()
+	data := []byte(sampleText(t))
 	if !coalescing {
 		data = regexp.MustCompile(`(?m)^\s*coalesceRenewals:.*\n`).ReplaceAll(data, nil)
 	}
@@ -54,20 +61,20 @@ func TestProject(t *testing.T) {
 	}{
 		{"bound lease renewed after 2s: warned (I6, the rule warns)", policy.Leases,
 			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""), false,
-			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Verdict: policy.Warn, Invariant: policy.InvariantRenewalRate, Basis: policy.WriterBound}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Verdict: policy.Warn, Invariant: policy.InvariantRenewalRate, Basis: leasetraffic.WriterBound}},
 		// A shared renewal of a MultiClusterLease is never refused
 		// (docs/design.md §4): without coalescing it is stored.
 		{"shared lease renewed after 2s: admitted (never rate limited)", policy.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 2*time.Second, kcc+"team-a"), false,
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
 		{"shared lease renewed after 6s: admitted", policy.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 6*time.Second, kcc+"team-a"), false,
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
 		{"holder taken before expiry: refused (I4)", policy.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-b", 6*time.Second, kcc+"team-a"), false,
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: leasetraffic.WriterDesignated}},
 		{"created: judged as a CREATE", policy.MultiClusterLeases, nil, object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), false,
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
 		{"status write: not judged", policy.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), true,
 			leasetraffic.Projection{}},
@@ -102,14 +109,14 @@ func TestProjectCoalescing(t *testing.T) {
 		want     leasetraffic.Projection
 	}{
 		{"shared lease renewed after 2s: coalesced", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 2*time.Second),
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Coalesced: true, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Coalesced: true, Basis: leasetraffic.WriterDesignated}},
 		{"bound lease renewed after 2s: coalesced", policy.Leases,
 			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""),
-			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Coalesced: true, Basis: policy.WriterBound}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Coalesced: true, Basis: leasetraffic.WriterBound}},
 		{"shared lease renewed after the interval: admitted", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 7*time.Second),
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
 		{"holder changed 2s later: decided, refused (I4)", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-b", 2*time.Second),
-			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: policy.WriterDesignated}},
+			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: leasetraffic.WriterDesignated}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -195,7 +195,7 @@ type ProjectedOutcome struct {
 	Code      int32  `json:"code,omitempty"`
 	// Effect is refuse, hold back, warn, audit, coalesce or admit.
 	Effect string `json:"effect"`
-	// WriterBasis is how the writer was assumed (policy.WriterBasis).
+	// WriterBasis is how the writer was assumed (WriterBasis).
 	WriterBasis string `json:"writerBasis"`
 	Writes      int64  `json:"writes"`
 }

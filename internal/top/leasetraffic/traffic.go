@@ -72,8 +72,8 @@ type Projection struct {
 	Invariant policy.Invariant
 	// Code is the HTTP status of a denial: 403 refuses, 429 holds back.
 	Code int32
-	// Basis says how the writer was assumed (policy.WriterBasis).
-	Basis policy.WriterBasis
+	// Basis says how the writer was assumed.
+	Basis WriterBasis
 	// Coalesced: the write is an early renewal the policy coalesces
 	// (coalesceRenewals): acknowledged, never stored, never decided.
 	Coalesced bool
@@ -126,7 +126,7 @@ type outcomeKey struct {
 	verdict   policy.Verdict
 	invariant policy.Invariant
 	code      int32
-	basis     policy.WriterBasis
+	basis     WriterBasis
 	coalesced bool
 }
 
@@ -350,3 +350,20 @@ func (l *lease) each(since int64, f func(*event)) (truncated bool) {
 	}
 	return truncated
 }
+
+// WriterBasis says how the projector derived the writer of an object that
+// a watcher saw stored (it does not see who wrote it).
+type WriterBasis string
+
+// The bases of an assumed writer, from the most to the least certain.
+const (
+	// WriterDesignated: the designation annotation on the object names it.
+	WriterDesignated WriterBasis = "designation"
+	// WriterFixed: the rule's fixed designation names it.
+	WriterFixed WriterBasis = "fixed"
+	// WriterBound: the rule's bind template maps the lease name to it.
+	WriterBound WriterBasis = "bind"
+	// WriterPattern: only a managers pattern is known; the username is the
+	// pattern itself, so the real writer stays unknown.
+	WriterPattern WriterBasis = "pattern"
+)

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/leaseguard/leaseguard/api/v1alpha1"
+
+	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 )
 
 // NeverIntercepted are the namespaces the webhook configuration never sends
@@ -126,7 +128,7 @@ func (r *Rule) compileIdentities(in *v1alpha1.Rule, path *field.Path) field.Erro
 	r.operators, errs = compileGlobs(in.Operators, path.Child("operators"), errs)
 	r.statusWriters, errs = compileGlobs(in.StatusWriters, path.Child("statusWriters"), errs)
 	if in.Bind != nil {
-		b, err := compileBind(in.Bind.Manager, in.Bind.Lease, in.Bind.Namespace)
+		b, err := pattern.CompileBind(in.Bind.Manager, in.Bind.Lease, in.Bind.Namespace)
 		if err != nil {
 			errs = append(errs, field.Invalid(path.Child("bind"), *in.Bind, err.Error()))
 		}
@@ -267,19 +269,19 @@ func (r *Rule) compileEnforcement(in *v1alpha1.Rule, path *field.Path) field.Err
 	return nil
 }
 
-func compileGlobs(in []string, path *field.Path, errs field.ErrorList) (globs, field.ErrorList) {
-	out := make(globs, 0, len(in))
+func compileGlobs(in []string, path *field.Path, errs field.ErrorList) (pattern.Globs, field.ErrorList) {
+	out := make(pattern.Globs, 0, len(in))
 	for i, s := range in {
-		if err := validateGlob(s); err != nil {
+		if err := pattern.ValidateGlob(s); err != nil {
 			errs = append(errs, field.Invalid(path.Index(i), s, err.Error()))
 			continue
 		}
-		out = append(out, glob(s))
+		out = append(out, pattern.Glob(s))
 	}
 	return out, errs
 }
 
-func onlyNeverIntercepted(namespaces globs, never []string) bool {
+func onlyNeverIntercepted(namespaces pattern.Globs, never []string) bool {
 	for _, g := range namespaces {
 		if !strings.Contains(string(g), "*") {
 			found := false
@@ -312,7 +314,7 @@ func (r *Rule) shadows(later *Rule) bool {
 // coversAll reports whether selector a selects everything b selects, judged
 // conservatively (a "no" may be wrong, a "yes" never is): a is empty or has
 // "*", or each pattern of b is covered by one of a.
-func coversAll(a, b globs) bool {
+func coversAll(a, b pattern.Globs) bool {
 	if len(a) == 0 {
 		return true
 	}
@@ -342,12 +344,12 @@ func coversAll(a, b globs) bool {
 // covers reports whether every string pb matches is matched by pa: equal
 // patterns, a literal pb that pa matches, or pa a prefix followed by one
 // trailing '*' and pb starting with that prefix.
-func covers(pa, pb glob) bool {
+func covers(pa, pb pattern.Glob) bool {
 	switch {
 	case pa == pb:
 		return true
 	case !strings.Contains(string(pb), "*"):
-		return pa.match(string(pb))
+		return pa.Match(string(pb))
 	}
 	prefix, ok := strings.CutSuffix(string(pa), "*")
 	return ok && !strings.Contains(prefix, "*") && strings.HasPrefix(string(pb), prefix)

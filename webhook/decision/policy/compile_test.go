@@ -425,7 +425,7 @@ func TestCompileSample(t *testing.T) {
 		t.Fatalf("%d rules, want 3", len(p.Rules))
 	}
 	mcl, leases, dedicated := p.Rules[0], p.Rules[1], p.Rules[2]
-	if dedicated.Name != "kcc-manager-namespace-leases" || dedicated.bind == nil || dedicated.bind.namespace == nil || !dedicated.bind.expressible() ||
+	if dedicated.Name != "kcc-manager-namespace-leases" || dedicated.bind == nil || dedicated.bind.Namespace() == nil || !dedicated.bind.Expressible() ||
 		dedicated.holderBinding != HolderBindingPod {
 		t.Errorf("kcc-manager-namespace-leases compiled to %+v", dedicated)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 )
 
 // Decide returns the decision for a request. It is pure: the same policy and
@@ -47,7 +49,7 @@ func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
 	caller := &req.Caller
 
 	// Operators may do any write, including changing the designation.
-	if r.operators.matchCaller(caller) {
+	if r.operators.MatchAny(caller.Username, caller.Groups) {
 		d := c.allowed()
 		d.DesignationChanged = req.Operation != Delete && req.Subresource == "" && !sameDesignation(req.Old, req.New)
 		return d
@@ -112,7 +114,7 @@ func (c *check) serverRenewWrite(o *Object) time.Time {
 
 // status decides a write to the MultiClusterLease status subresource (I8).
 func (c *check) status() Decision {
-	if c.rule.statusWriters.matchCaller(&c.req.Caller) {
+	if c.rule.statusWriters.MatchAny(c.req.Caller.Username, c.req.Caller.Groups) {
 		return c.allowed()
 	}
 	return c.deny(InvariantStatus, http.StatusForbidden,
@@ -181,16 +183,16 @@ func (c *check) mainResource() Decision {
 // verdict either way).
 func (c *check) managerOfObject(metadataOnly bool) (Decision, bool) {
 	r, req, caller := c.rule, c.req, &c.req.Caller
-	var vals captures
+	var vals pattern.Captures
 	bound := false
 	if r.bind != nil {
-		vals, bound = r.bind.manager.match(caller.Username)
+		vals, bound = r.bind.MatchManager(caller.Username)
 	}
-	if !bound && !r.isManager(caller.Username) {
+	if !bound && !r.IsManager(caller.Username) {
 		// The MultiClusterLease controller adds and removes its finalizer with
 		// full UPDATEs that touch no lease field and not the designation;
 		// that is all it may do to the object itself (statusWriterWrite).
-		if metadataOnly && req.Resource == MultiClusterLeases && r.statusWriters.matchCaller(caller) {
+		if metadataOnly && req.Resource == MultiClusterLeases && r.statusWriters.MatchAny(caller.Username, caller.Groups) {
 			return c.statusWriterWrite(), false
 		}
 		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint()), false
@@ -198,11 +200,11 @@ func (c *check) managerOfObject(metadataOnly bool) (Decision, bool) {
 	if r.bind != nil {
 		if !bound {
 			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
-				"bound to no lease: username does not fit "+r.bind.manager.text), false
+				"bound to no lease: username does not fit "+r.bind.Manager().Text()), false
 		}
-		if !r.bind.boundTo(c.obj.Namespace, c.obj.Name, &vals) {
+		if !r.bind.BoundTo(c.obj.Namespace, c.obj.Name, &vals) {
 			return c.deny(InvariantBound, http.StatusForbidden, "may not write",
-				"bound lease: "+r.bind.boundLease(&vals)), false
+				"bound lease: "+r.bind.BoundLease(&vals)), false
 		}
 	}
 	return Decision{}, true
@@ -848,7 +850,7 @@ func (c *check) allowed() Decision { return Decision{Verdict: Allow} }
 func (c *check) managersHint() string {
 	var parts []string
 	if c.rule.bind != nil {
-		parts = append(parts, c.rule.bind.manager.text)
+		parts = append(parts, c.rule.bind.Manager().Text())
 	}
 	if len(c.rule.managers) > 0 {
 		parts = append(parts, c.rule.managers.String())

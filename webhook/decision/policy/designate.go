@@ -15,7 +15,7 @@ func Designate(p *Policy, req *Request) (string, bool) {
 		return "", false
 	}
 	caller := &req.Caller
-	if rule.operators.matchCaller(caller) || !rule.isManager(caller.Username) {
+	if rule.operators.MatchAny(caller.Username, caller.Groups) || !rule.IsManager(caller.Username) {
 		return "", false
 	}
 	if !sameDesignation(req.Old, req.New) {
@@ -44,8 +44,8 @@ func (p *Policy) selectForMutation(req *Request) *Rule {
 		return p.Select(req.Resource, obj.Namespace, obj.Name)
 	}
 	for _, r := range p.Rules {
-		if r.resources[resourceIndex(req.Resource)] && r.namespaces.matchesOrEmpty(obj.Namespace) {
-			if r.names.selectsAny() {
+		if r.resources[resourceIndex(req.Resource)] && r.namespaces.MatchesOrEmpty(obj.Namespace) {
+			if r.names.SelectsAny() {
 				return r
 			}
 			// The rule selects by name: whether it applies depends on the
@@ -115,7 +115,7 @@ func Acknowledge(p *Policy, req *Request) bool {
 		return false
 	}
 	caller, old, new := &req.Caller, req.Old, req.New
-	if rule.operators.matchCaller(caller) || !plainRenewal(old, new) || len(old.Untyped) > 0 || len(new.Untyped) > 0 {
+	if rule.operators.MatchAny(caller.Username, caller.Groups) || !plainRenewal(old, new) || len(old.Untyped) > 0 || len(new.Untyped) > 0 {
 		return false
 	}
 	writer := rule.DesignatedWriter(old)
@@ -166,12 +166,12 @@ func (r *Rule) DesignatedWriter(o *Object) string {
 // the rule (of its bound lease, under a bind template) that holder binding
 // lets hold it.
 func (r *Rule) sharesRenewal(caller *Caller, old *Object) bool {
-	if !r.isManager(caller.Username) {
+	if !r.IsManager(caller.Username) {
 		return false
 	}
 	if r.bind != nil {
-		vals, bound := r.bind.manager.match(caller.Username)
-		if !bound || !r.bind.boundTo(old.Namespace, old.Name, &vals) {
+		vals, bound := r.bind.MatchManager(caller.Username)
+		if !bound || !r.bind.BoundTo(old.Namespace, old.Name, &vals) {
 			return false
 		}
 	}
@@ -274,7 +274,7 @@ func StatusWriterStatusWrite(p *Policy, req *Request) bool {
 		return false
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
-	return rule != nil && rule.statusWriters.matchCaller(&req.Caller)
+	return rule != nil && rule.statusWriters.MatchAny(req.Caller.Username, req.Caller.Groups)
 }
 
 // HarmlessRenewal reports whether an UPDATE that keeps every identity
@@ -331,7 +331,7 @@ func HarmlessRenewal(p *Policy, req *Request) bool {
 // written in CEL: a bind template with several captures can be only where
 // the lease's name and namespace give them (bind.expressible).
 func (r *Rule) RenewerExpressible() bool {
-	return r.bind == nil || r.bind.expressible()
+	return r.bind == nil || r.bind.Expressible()
 }
 
 // plainRenewal reports whether new differs from old in renewTime alone, with
@@ -369,13 +369,13 @@ func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
 	return r.sharesRenewal(caller, old)
 }
 
-// isManager reports whether username counts as a manager under the rule,
+// IsManager reports whether username counts as a manager under the rule,
 // through the bind template, the managers patterns or a fixed designation.
-func (r *Rule) isManager(username string) bool {
+func (r *Rule) IsManager(username string) bool {
 	if r.bind != nil {
-		if _, ok := r.bind.manager.match(username); ok {
+		if _, ok := r.bind.MatchManager(username); ok {
 			return true
 		}
 	}
-	return r.managers.match(username) || (r.designation == DesignationFixed && username == r.fixedManager)
+	return r.managers.Match(username) || (r.designation == DesignationFixed && username == r.fixedManager)
 }

@@ -110,12 +110,12 @@ func TestEncodingsMapNamesWhatExists(t *testing.T) {
 			if !funcs[name] {
 				t.Errorf("the map names test %s, which does not exist", name)
 			}
-		case regexp.MustCompile(`^(check|vapCEL|generator|Rule|bind|template|globs)\.\w+$`).MatchString(name):
+		case regexp.MustCompile(`^(check|vapCEL|generator|Rule|Bind|Template|Globs)\.\w+$`).MatchString(name):
 			named++
 			if !methods[name] {
 				t.Errorf("the map names method %s, which does not exist", name)
 			}
-		case regexp.MustCompile(`^(celexpr|policy|manifests)\.[A-Z]\w*$`).MatchString(name):
+		case regexp.MustCompile(`^(celexpr|policy|manifests|pattern)\.[A-Z]\w*$`).MatchString(name):
 			named++
 			if !pkgNames[name] {
 				t.Errorf("the map names %s, which does not exist", name)

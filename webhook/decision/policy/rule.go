@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
+)
 
 // DesignationMode says how the designated manager of an object is chosen.
 type DesignationMode uint8
@@ -49,14 +53,14 @@ type Policy struct {
 type Rule struct {
 	Name          string
 	resources     [2]bool // indexed by resourceIndex
-	namespaces    globs
-	names         globs
-	managers      globs
-	bind          *bind
+	namespaces    pattern.Globs
+	names         pattern.Globs
+	managers      pattern.Globs
+	bind          *pattern.Bind
 	designation   DesignationMode
 	fixedManager  string
-	operators     globs
-	statusWriters globs
+	operators     pattern.Globs
+	statusWriters pattern.Globs
 	holderBinding HolderBinding
 	// minRenewInterval is zero when renewals are not rate-limited.
 	minRenewInterval time.Duration
@@ -88,7 +92,7 @@ func (r *Rule) selects(res Resource, namespace, name string) bool {
 	if res != Leases && res != MultiClusterLeases {
 		return false
 	}
-	return r.resources[resourceIndex(res)] && r.namespaces.matchesOrEmpty(namespace) && r.names.matchesOrEmpty(name)
+	return r.resources[resourceIndex(res)] && r.namespaces.MatchesOrEmpty(namespace) && r.names.MatchesOrEmpty(name)
 }
 
 // Select returns the first rule, in file order, that selects the object, or
@@ -105,6 +109,33 @@ func (p *Policy) Select(res Resource, namespace, name string) *Rule {
 // CoalesceInterval is the rule's coalescing interval, zero when it does not
 // coalesce renewals.
 func (r *Rule) CoalesceInterval() time.Duration { return r.coalesceInterval }
+
+// Designation says how the rule designates the writer of its leases, and
+// FixedManager is the writer a fixed designation names.
+func (r *Rule) Designation() DesignationMode { return r.designation }
+
+// FixedManager is the username of a fixed designation, "" otherwise.
+func (r *Rule) FixedManager() string { return r.fixedManager }
+
+// HolderBinding says whom the holder identity must name.
+func (r *Rule) HolderBinding() HolderBinding { return r.holderBinding }
+
+// BoundManager returns the manager whose bound lease is name under the
+// rule's bind template; "" without one, or when name does not fit it.
+func (r *Rule) BoundManager(name string) string {
+	if r.bind == nil {
+		return ""
+	}
+	return r.bind.BoundManager(name)
+}
+
+// FirstManager is the rule's first managers pattern, "" when it has none.
+func (r *Rule) FirstManager() string {
+	if len(r.managers) == 0 {
+		return ""
+	}
+	return string(r.managers[0])
+}
 
 // renewInterval is the minimum renewal interval for the object.
 func (r *Rule) renewInterval(o *Object) time.Duration {

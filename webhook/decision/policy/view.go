@@ -8,11 +8,11 @@ import "time"
 type RuleView struct {
 	Name          string
 	Resources     []Resource
-	Namespaces    []string // globs; empty selects every namespace
-	Names         []string // globs; empty selects every name
-	Managers      []string // username globs
-	Operators     []string // username-or-group globs
-	StatusWriters []string // username-or-group globs
+	Namespaces    []string // pattern.Globs; empty selects every namespace
+	Names         []string // pattern.Globs; empty selects every name
+	Managers      []string // username pattern.Globs
+	Operators     []string // username-or-group pattern.Globs
+	StatusWriters []string // username-or-group pattern.Globs
 	// Bind is the bound-lease template, nil without one.
 	Bind          *BindView
 	Designation   DesignationMode
@@ -56,11 +56,11 @@ type BindView struct {
 func (r *Rule) View() RuleView {
 	v := RuleView{
 		Name:             r.Name,
-		Namespaces:       r.namespaces.strings(),
-		Names:            r.names.strings(),
-		Managers:         r.managers.strings(),
-		Operators:        r.operators.strings(),
-		StatusWriters:    r.statusWriters.strings(),
+		Namespaces:       r.namespaces.Strings(),
+		Names:            r.names.Strings(),
+		Managers:         r.managers.Strings(),
+		Operators:        r.operators.Strings(),
+		StatusWriters:    r.statusWriters.Strings(),
 		Designation:      r.designation,
 		FixedManager:     r.fixedManager,
 		HolderBinding:    r.holderBinding,
@@ -77,28 +77,20 @@ func (r *Rule) View() RuleView {
 			v.Resources = append(v.Resources, res)
 		}
 	}
-	if r.bind != nil {
+	if b := r.bind; b != nil {
 		v.Bind = &BindView{
-			ManagerText: r.bind.manager.text, LeaseText: r.bind.lease.text,
-			ManagerLits: append([]string(nil), r.bind.manager.lits...),
-			LeaseLits:   append([]string(nil), r.bind.lease.lits...),
-			ManagerCaps: len(r.bind.manager.caps),
-			LeaseCaps:   append([]int(nil), r.bind.leaseCap...),
-			Expressible: r.bind.expressible(),
+			ManagerText: b.Manager().Text(), LeaseText: b.Lease().Text(),
+			ManagerLits: b.Manager().Lits(),
+			LeaseLits:   b.Lease().Lits(),
+			ManagerCaps: b.Manager().CaptureCount(),
+			LeaseCaps:   b.LeaseCaps(),
+			Expressible: b.Expressible(),
 		}
-		if n := r.bind.namespace; n != nil {
-			v.Bind.NamespaceText = n.text
-			v.Bind.NamespaceLits = append([]string(nil), n.lits...)
-			v.Bind.NamespaceCaps = append([]int(nil), r.bind.namespaceCap...)
+		if n := b.Namespace(); n != nil {
+			v.Bind.NamespaceText = n.Text()
+			v.Bind.NamespaceLits = n.Lits()
+			v.Bind.NamespaceCaps = b.NamespaceCaps()
 		}
 	}
 	return v
-}
-
-func (gs globs) strings() []string {
-	out := make([]string, len(gs))
-	for i, g := range gs {
-		out[i] = string(g)
-	}
-	return out
 }

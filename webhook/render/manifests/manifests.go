@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
 )
@@ -562,7 +563,7 @@ func (g *generator) rightfulRenewers() string {
 	for i := range g.rules {
 		renewer, exact := celexpr.SharedRenewer(&g.rules[i])
 		if !exact {
-			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: CEL cannot tell which lease its bind template %q binds a caller to (%s)", g.rules[i].Name, g.rules[i].Bind.ManagerText, policy.InexpressibleBind)
+			g.note("rule %s: plain renewals by anyone fail open while leaseguard is down: CEL cannot tell which lease its bind template %q binds a caller to (%s)", g.rules[i].Name, g.rules[i].Bind.ManagerText, pattern.InexpressibleBind)
 			renewer = "true"
 		}
 		if len(g.rules) == 1 {
@@ -726,7 +727,7 @@ func (g *generator) earlyRenewal(i int) (string, bool) {
 	r := &g.rules[i]
 	renewer, exact := celexpr.RightfulRenewer(r)
 	if !exact {
-		g.note("rule %s: renewals are not coalesced: CEL cannot tell which lease its bind template %q binds a caller to (%s)", r.Name, r.Bind.ManagerText, policy.InexpressibleBind)
+		g.note("rule %s: renewals are not coalesced: CEL cannot tell which lease its bind template %q binds a caller to (%s)", r.Name, r.Bind.ManagerText, pattern.InexpressibleBind)
 		return "", false
 	}
 	moves := make([]string, len(r.Resources))

@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
 	"github.com/leaseguard/leaseguard/webhook/render/manifests"
@@ -165,7 +166,7 @@ func limits(r *policy.RuleView, o Options) []Limit {
 	}
 	if r.Bind != nil && !r.Bind.Expressible {
 		add(policy.InvariantBound, "bind", Unsupported,
-			fmt.Sprintf("template %q has %s, which CEL cannot compare with the lease: a manager fitting it may write any lease the rule selects", r.Bind.ManagerText, policy.InexpressibleBind))
+			fmt.Sprintf("template %q has %s, which CEL cannot compare with the lease: a manager fitting it may write any lease the rule selects", r.Bind.ManagerText, pattern.InexpressibleBind))
 	}
 	return out
 }

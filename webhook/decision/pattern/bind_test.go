@@ -1,4 +1,4 @@
-package policy
+package pattern
 
 import (
 	"reflect"
@@ -32,19 +32,19 @@ func TestParseTemplate(t *testing.T) {
 		{text: "u:{a}-{b}-{c}-{d}-{e}", errSub: "at most 4 captures"},
 		{text: "u:*-{a}", errSub: "'*' is not allowed"},
 	} {
-		tp, err := parseTemplate(c.text)
+		tp, err := ParseTemplate(c.text)
 		if c.errSub != "" {
 			if err == nil || !strings.Contains(err.Error(), c.errSub) {
-				t.Errorf("parseTemplate(%q) error = %v, want one containing %q", c.text, err, c.errSub)
+				t.Errorf("ParseTemplate(%q) error = %v, want one containing %q", c.text, err, c.errSub)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("parseTemplate(%q) = %v", c.text, err)
+			t.Errorf("ParseTemplate(%q) = %v", c.text, err)
 			continue
 		}
 		if tp.text != c.text || !reflect.DeepEqual(tp.lits, c.lits) || !reflect.DeepEqual(tp.caps, c.caps) {
-			t.Errorf("parseTemplate(%q) = text %q lits %q caps %q, want lits %q caps %q", c.text, tp.text, tp.lits, tp.caps, c.lits, c.caps)
+			t.Errorf("ParseTemplate(%q) = text %q lits %q caps %q, want lits %q caps %q", c.text, tp.text, tp.lits, tp.caps, c.lits, c.caps)
 		}
 	}
 }
@@ -91,11 +91,11 @@ func TestTemplateMatch(t *testing.T) {
 		{"plain", "plainer", nil},
 		{"plain", "plai", nil},
 	} {
-		tp, err := parseTemplate(c.tmpl)
+		tp, err := ParseTemplate(c.tmpl)
 		if err != nil {
-			t.Fatalf("parseTemplate(%q): %v", c.tmpl, err)
+			t.Fatalf("ParseTemplate(%q): %v", c.tmpl, err)
 		}
-		vals, ok := tp.match(c.s)
+		vals, ok := tp.Match(c.s)
 		if c.want == nil {
 			if ok {
 				t.Errorf("template %q matches %q with %q, want no match", c.tmpl, c.s, vals)
@@ -106,7 +106,7 @@ func TestTemplateMatch(t *testing.T) {
 			t.Errorf("template %q does not match %q, want captures %q", c.tmpl, c.s, c.want)
 			continue
 		}
-		var want captures
+		var want Captures
 		copy(want[:], c.want)
 		if vals != want {
 			t.Errorf("template %q on %q captured %q, want %q", c.tmpl, c.s, vals, want)
@@ -124,11 +124,11 @@ func TestTemplateMatchRepeatedSeparator(t *testing.T) {
 		{"u-{a}-{b}", "u--x-y"},       // only assignment: a="-x", b="y"
 		{"u-{a}-{b}-{c}", "u-x--y-z"}, // e.g. a="x", b="-y", c="z"
 	} {
-		tp, err := parseTemplate(c.tmpl)
+		tp, err := ParseTemplate(c.tmpl)
 		if err != nil {
-			t.Fatalf("parseTemplate(%q): %v", c.tmpl, err)
+			t.Fatalf("ParseTemplate(%q): %v", c.tmpl, err)
 		}
-		vals, ok := tp.match(c.s)
+		vals, ok := tp.Match(c.s)
 		if !ok {
 			t.Errorf("template %q does not match %q, which is an instance of it", c.tmpl, c.s)
 			continue
@@ -167,22 +167,22 @@ func TestCompileBind(t *testing.T) {
 		{"u:{ns}", "l-{ns", nil, "lease \"l-{ns\": unmatched '{'"},
 		{"u:{ns}", "l-*-{ns}", nil, "'*' is not allowed"},
 	} {
-		b, err := compileBind(c.manager, c.lease, "")
+		b, err := CompileBind(c.manager, c.lease, "")
 		if c.errSub != "" {
 			if err == nil || !strings.Contains(err.Error(), c.errSub) {
-				t.Errorf("compileBind(%q, %q) error = %v, want one containing %q", c.manager, c.lease, err, c.errSub)
+				t.Errorf("CompileBind(%q, %q) error = %v, want one containing %q", c.manager, c.lease, err, c.errSub)
 			}
 			if b != nil {
-				t.Errorf("compileBind(%q, %q) returned a bind with an error", c.manager, c.lease)
+				t.Errorf("CompileBind(%q, %q) returned a bind with an error", c.manager, c.lease)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("compileBind(%q, %q) = %v", c.manager, c.lease, err)
+			t.Errorf("CompileBind(%q, %q) = %v", c.manager, c.lease, err)
 			continue
 		}
 		if !reflect.DeepEqual(b.leaseCap, c.leaseCap) {
-			t.Errorf("compileBind(%q, %q).leaseCap = %v, want %v", c.manager, c.lease, b.leaseCap, c.leaseCap)
+			t.Errorf("CompileBind(%q, %q).leaseCap = %v, want %v", c.manager, c.lease, b.leaseCap, c.leaseCap)
 		}
 	}
 }
@@ -212,20 +212,20 @@ func TestBindLease(t *testing.T) {
 			"u:abc", "abc",
 			[]check{{"abc", true}, {"ab", false}, {"abcd", false}}},
 	} {
-		b, err := compileBind(c.manager, c.lease, "")
+		b, err := CompileBind(c.manager, c.lease, "")
 		if err != nil {
-			t.Fatalf("compileBind(%q, %q): %v", c.manager, c.lease, err)
+			t.Fatalf("CompileBind(%q, %q): %v", c.manager, c.lease, err)
 		}
-		vals, ok := b.manager.match(c.user)
+		vals, ok := b.manager.Match(c.user)
 		if !ok {
 			t.Fatalf("manager %q does not match %q", c.manager, c.user)
 		}
-		if got := b.boundLease(&vals); got != c.bound {
-			t.Errorf("boundLease for %q = %q, want %q", c.user, got, c.bound)
+		if got := b.BoundLease(&vals); got != c.bound {
+			t.Errorf("BoundLease for %q = %q, want %q", c.user, got, c.bound)
 		}
 		for _, ch := range c.checks {
-			if got := b.boundTo("any", ch.lease, &vals); got != ch.want {
-				t.Errorf("bind %q/%q, user %q: boundTo(%q) = %v, want %v", c.manager, c.lease, c.user, ch.lease, got, ch.want)
+			if got := b.BoundTo("any", ch.lease, &vals); got != ch.want {
+				t.Errorf("bind %q/%q, user %q: BoundTo(%q) = %v, want %v", c.manager, c.lease, c.user, ch.lease, got, ch.want)
 			}
 		}
 	}
@@ -247,24 +247,24 @@ func TestBindNamespace(t *testing.T) {
 		{"u:{ns}", "l-{ns}", "{other}", "namespace \"{other}\" uses {other}, which manager \"u:{ns}\" does not capture"},
 		{"u:{ns}", "l-{ns}", "ns-{ns", "namespace \"ns-{ns\": unmatched '{'"},
 	} {
-		_, err := compileBind(c.manager, c.lease, c.namespace)
+		_, err := CompileBind(c.manager, c.lease, c.namespace)
 		if c.errSub == "" && err != nil {
-			t.Errorf("compileBind(%q, %q, %q) = %v", c.manager, c.lease, c.namespace, err)
+			t.Errorf("CompileBind(%q, %q, %q) = %v", c.manager, c.lease, c.namespace, err)
 		}
 		if c.errSub != "" && (err == nil || !strings.Contains(err.Error(), c.errSub)) {
-			t.Errorf("compileBind(%q, %q, %q) error = %v, want one containing %q", c.manager, c.lease, c.namespace, err, c.errSub)
+			t.Errorf("CompileBind(%q, %q, %q) error = %v, want one containing %q", c.manager, c.lease, c.namespace, err, c.errSub)
 		}
 	}
-	b, err := compileBind("system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}")
+	b, err := CompileBind("system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals, ok := b.manager.match("system:serviceaccount:kcc-team-a:cnrm-controller-manager-team-a")
+	vals, ok := b.manager.Match("system:serviceaccount:kcc-team-a:cnrm-controller-manager-team-a")
 	if !ok {
 		t.Fatal("the manager template does not match")
 	}
-	if got, want := b.boundLease(&vals), "kcc-team-a/kcc-leader-team-a"; got != want {
-		t.Errorf("boundLease = %q, want %q", got, want)
+	if got, want := b.BoundLease(&vals), "kcc-team-a/kcc-leader-team-a"; got != want {
+		t.Errorf("BoundLease = %q, want %q", got, want)
 	}
 	for _, ch := range []struct {
 		namespace, name string
@@ -276,21 +276,21 @@ func TestBindNamespace(t *testing.T) {
 		{"kcc-team-a", "kcc-leader-team-b", false},
 		{"kcc-team-a-x", "kcc-leader-team-a", false},
 	} {
-		if got := b.boundTo(ch.namespace, ch.name, &vals); got != ch.want {
-			t.Errorf("boundTo(%q, %q) = %v, want %v", ch.namespace, ch.name, got, ch.want)
+		if got := b.BoundTo(ch.namespace, ch.name, &vals); got != ch.want {
+			t.Errorf("BoundTo(%q, %q) = %v, want %v", ch.namespace, ch.name, got, ch.want)
 		}
 	}
 }
 
 func TestBindMatchDoesNotAllocate(t *testing.T) {
-	b, err := compileBind("system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}")
+	b, err := CompileBind("system:serviceaccount:{mns}:cnrm-controller-manager-{ns}", "kcc-leader-{ns}", "{mns}")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ok bool
 	allocs := testing.AllocsPerRun(100, func() {
-		vals, matched := b.manager.match("system:serviceaccount:kcc-managers:cnrm-controller-manager-team")
-		ok = matched && b.boundTo("kcc-managers", "kcc-leader-team", &vals)
+		vals, matched := b.manager.Match("system:serviceaccount:kcc-managers:cnrm-controller-manager-team")
+		ok = matched && b.BoundTo("kcc-managers", "kcc-leader-team", &vals)
 	})
 	if !ok {
 		t.Fatalf("bind does not match")

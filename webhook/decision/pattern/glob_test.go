@@ -1,4 +1,4 @@
-package policy
+package pattern
 
 import (
 	"strings"
@@ -24,14 +24,14 @@ func TestValidateGlob(t *testing.T) {
 		{`a\*`, `character '\\' is not supported`},
 		{"*?[", `character '?' is not supported`}, // the first reserved character is named
 	} {
-		err := validateGlob(c.pattern)
+		err := ValidateGlob(c.pattern)
 		switch {
 		case c.errSub == "" && err != nil:
-			t.Errorf("validateGlob(%q) = %v, want nil", c.pattern, err)
+			t.Errorf("ValidateGlob(%q) = %v, want nil", c.pattern, err)
 		case c.errSub != "" && err == nil:
-			t.Errorf("validateGlob(%q) = nil, want an error containing %q", c.pattern, c.errSub)
+			t.Errorf("ValidateGlob(%q) = nil, want an error containing %q", c.pattern, c.errSub)
 		case c.errSub != "" && !strings.Contains(err.Error(), c.errSub):
-			t.Errorf("validateGlob(%q) = %v, want it to contain %q", c.pattern, err, c.errSub)
+			t.Errorf("ValidateGlob(%q) = %v, want it to contain %q", c.pattern, err, c.errSub)
 		}
 	}
 }
@@ -109,65 +109,66 @@ func TestGlobMatch(t *testing.T) {
 		{"*é", "aé", true},
 		{"é", "e", false},
 	} {
-		if got := glob(c.pattern).match(c.s); got != c.want {
-			t.Errorf("glob(%q).match(%q) = %v, want %v", c.pattern, c.s, got, c.want)
+		if got := Glob(c.pattern).Match(c.s); got != c.want {
+			t.Errorf("Glob(%q).Match(%q) = %v, want %v", c.pattern, c.s, got, c.want)
 		}
 	}
 }
 
 func TestGlobs(t *testing.T) {
-	gs := globs{"user:a", "team-*", "ops"}
+	gs := Globs{"user:a", "team-*", "ops"}
 	for _, c := range []struct {
 		s    string
 		want bool
 	}{{"user:a", true}, {"team-x", true}, {"ops", true}, {"user:b", false}, {"", false}} {
-		if got := gs.match(c.s); got != c.want {
-			t.Errorf("globs.match(%q) = %v, want %v", c.s, got, c.want)
+		if got := gs.Match(c.s); got != c.want {
+			t.Errorf("Globs.Match(%q) = %v, want %v", c.s, got, c.want)
 		}
-		if got := gs.matchesOrEmpty(c.s); got != c.want {
-			t.Errorf("globs.matchesOrEmpty(%q) = %v, want %v", c.s, got, c.want)
+		if got := gs.MatchesOrEmpty(c.s); got != c.want {
+			t.Errorf("Globs.MatchesOrEmpty(%q) = %v, want %v", c.s, got, c.want)
 		}
 	}
-	var empty globs
-	if empty.match("x") {
-		t.Errorf("empty globs match as a principal list")
+	var empty Globs
+	if empty.Match("x") {
+		t.Errorf("empty Globs match as a principal list")
 	}
-	if !empty.matchesOrEmpty("x") || !empty.matchesOrEmpty("") {
-		t.Errorf("empty globs do not select everything as a selector")
+	if !empty.MatchesOrEmpty("x") || !empty.MatchesOrEmpty("") {
+		t.Errorf("empty Globs do not select everything as a selector")
 	}
 
 	for _, c := range []struct {
-		caller Caller
-		want   bool
+		username string
+		groups   []string
+		want     bool
 	}{
-		{Caller{Username: "user:a"}, true},
-		{Caller{Username: "user:z", Groups: []string{"system:authenticated", "ops"}}, true},
-		{Caller{Username: "user:z", Groups: []string{"team-1"}}, true},
-		{Caller{Username: "user:z", Groups: []string{"system:authenticated"}}, false},
-		{Caller{Username: "user:z"}, false},
-		{Caller{}, false},
+		{"user:a", nil, true},
+		{"user:z", []string{"system:authenticated", "ops"}, true},
+		{"user:z", []string{"team-1"}, true},
+		{"user:z", []string{"system:authenticated"}, false},
+		{"user:z", nil, false},
+		{"", nil, false},
 	} {
-		if got := gs.matchCaller(&c.caller); got != c.want {
-			t.Errorf("globs.matchCaller(%+v) = %v, want %v", c.caller, got, c.want)
+		if got := gs.MatchAny(c.username, c.groups); got != c.want {
+			t.Errorf("Globs.MatchAny(%q, %q) = %v, want %v", c.username, c.groups, got, c.want)
 		}
 	}
 	if got := gs.String(); got != "user:a, team-*, ops" {
-		t.Errorf("globs.String() = %q", got)
+		t.Errorf("Globs.String() = %q", got)
 	}
 	if got := empty.String(); got != "" {
-		t.Errorf("empty globs.String() = %q, want empty", got)
+		t.Errorf("empty Globs.String() = %q, want empty", got)
 	}
 }
 
 func TestGlobMatchDoesNotAllocate(t *testing.T) {
-	gs := globs{"system:*:cnrm-system:*", "a*b*c"}
-	c := Caller{Username: "system:serviceaccount:other:x", Groups: []string{"g1", "aXbYbZc"}}
+	gs := Globs{"system:*:cnrm-system:*", "a*b*c"}
+	username, groups := "system:serviceaccount:other:x", []string{"g1", "aXbYbZc"}
 	var ok bool
-	allocs := testing.AllocsPerRun(100, func() { ok = gs.matchCaller(&c) })
+	allocs := testing.AllocsPerRun(100, func() { ok = gs.MatchAny(username, groups) })
 	if !ok {
-		t.Fatalf("matchCaller = false, want true")
+		t.Fatalf("MatchAny = false, want true")
 	}
 	if allocs != 0 {
-		t.Errorf("glob matching allocates %v times per run, want 0", allocs)
+		t.Errorf("Glob matching allocates %v times per run, want 0", allocs)
 	}
 }
