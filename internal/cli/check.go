@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
@@ -148,7 +149,7 @@ func verdictOf(p *policy.Policy, req *policy.Request) *checkResult {
 	if policy.Acknowledge(p, req) {
 		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
 		msg := fmt.Sprintf("%s renews the shared holder's lease, which %s writes: acknowledged, not stored (by leaseguard's mutating webhook; without it, stored)",
-			policy.Clip(req.Caller.Username), policy.Clip(rule.DesignatedWriter(req.Old)))
+			oneline.Clip(req.Caller.Username), oneline.Clip(rule.DesignatedWriter(req.Old)))
 		return &checkResult{Verdict: policy.Allow.String(), Outcome: "acknowledged", Rule: rule.Name, Message: msg,
 			text: "ALLOW (acknowledged): rule " + rule.Name + ": " + msg}
 	}

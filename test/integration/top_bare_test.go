@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -237,7 +238,7 @@ func topEscapesClientWrittenStrings(t *testing.T, admin string, adminConfig, wri
 	for o, out := range outputs {
 		if kind, _, _ := strings.Cut(o, "="); kind == "jsonpath" || kind == "go-template" {
 			// startTop's output is stdout, then top's stderr lines.
-			if want := policy.Escape(strings.ToValidUTF8(hostileHolder, "\uFFFD")) + "\nleaseguard top: "; !strings.HasPrefix(out, want) {
+			if want := oneline.Escape(strings.ToValidUTF8(hostileHolder, "\uFFFD")) + "\nleaseguard top: "; !strings.HasPrefix(out, want) {
 				t.Errorf("-o %s printed %q, want the holder escaped as the table shows it, on a line of its own: %q", kind, out, want)
 			}
 		}
@@ -269,7 +270,7 @@ func rawControl(out string) (rune, int, bool) {
 		if r == utf8.RuneError && !strings.HasPrefix(out[i:], "\uFFFD") {
 			return rune(out[i]), i, true
 		}
-		if r != '\n' && !policy.Printable(r) {
+		if r != '\n' && !oneline.Printable(r) {
 			return r, i, true
 		}
 	}

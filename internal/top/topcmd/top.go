@@ -30,6 +30,7 @@ import (
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
 	"github.com/leaseguard/leaseguard/internal/top/topui"
 	"github.com/leaseguard/leaseguard/internal/top/webhookstats"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
@@ -260,7 +261,7 @@ func runTop(cmd *cobra.Command, o *topOptions) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	for _, skipped := range status.Skipped {
-		fmt.Fprintln(stderr, "leaseguard top: not watching", policy.Escape(skipped))
+		fmt.Fprintln(stderr, "leaseguard top: not watching", oneline.Escape(skipped))
 	}
 	tracker, err := startWebhookStats(ctx, cfg, o, s.webhookStats)
 	if err != nil {
@@ -400,7 +401,7 @@ func where(namespace string) string {
 	if namespace == "" {
 		return "in all namespaces"
 	}
-	return "in namespace " + policy.Escape(namespace)
+	return "in namespace " + oneline.Escape(namespace)
 }
 
 // escapeError escapes what an error of top says, line by line (a policy
@@ -414,7 +415,7 @@ func escapeError(err error) error {
 	msg := err.Error()
 	lines := strings.Split(msg, "\n")
 	for i, l := range lines {
-		lines[i] = policy.Escape(l)
+		lines[i] = oneline.Escape(l)
 	}
 	if escaped := strings.Join(lines, "\n"); escaped != msg {
 		return &cli.ExitError{Code: cli.ExitCode(err), Err: errors.New(escaped)}

@@ -12,7 +12,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 )
 
 // Every string a client wrote (a holder identity, an annotation, a field
@@ -27,14 +27,14 @@ import (
 // values exactly, in their own escapes (docs/security.md).
 
 // cell is a client-written value as a table shows it in full.
-func cell(s string) string { return policy.Escape(s) }
+func cell(s string) string { return oneline.Escape(s) }
 
 // clip is a client-written value escaped and cut to at most n terminal
 // columns, marked with "…": the width is that of what is shown (an
 // escape is as wide as its text, a CJK character two columns, a combining
 // mark none), and the cut never splits an escape.
 func clip(s string, n int) string {
-	e := policy.Escape(s)
+	e := oneline.Escape(s)
 	if ansi.StringWidth(e) <= n {
 		return e
 	}
@@ -174,7 +174,7 @@ func blockStyle(n *yaml.Node) {
 	n.Style = 0
 	switch n.Kind {
 	case yaml.ScalarNode:
-		if n.Tag == "!!str" && strings.ContainsFunc(n.Value, func(r rune) bool { return !policy.Printable(r) }) {
+		if n.Tag == "!!str" && strings.ContainsFunc(n.Value, func(r rune) bool { return !oneline.Printable(r) }) {
 			n.Style = yaml.DoubleQuotedStyle
 		}
 	case yaml.MappingNode:
@@ -194,10 +194,10 @@ func blockStyle(n *yaml.Node) {
 }
 
 // escapeUnprintable rewrites every character of data at or above DEL that
-// does not print as itself (policy.Printable) with esc. Below DEL the
+// does not print as itself (oneline.Printable) with esc. Below DEL the
 // encoders have escaped all but the document's own newlines.
 func escapeUnprintable(data []byte, esc func(*bytes.Buffer, rune)) []byte {
-	i := bytes.IndexFunc(data, func(r rune) bool { return r >= utf8.RuneSelf-1 && !policy.Printable(r) })
+	i := bytes.IndexFunc(data, func(r rune) bool { return r >= utf8.RuneSelf-1 && !oneline.Printable(r) })
 	if i < 0 {
 		return data
 	}
@@ -205,7 +205,7 @@ func escapeUnprintable(data []byte, esc func(*bytes.Buffer, rune)) []byte {
 	b.Grow(len(data) + 16)
 	b.Write(data[:i])
 	for _, r := range string(data[i:]) {
-		if r >= utf8.RuneSelf-1 && !policy.Printable(r) {
+		if r >= utf8.RuneSelf-1 && !oneline.Printable(r) {
 			esc(&b, r)
 			continue
 		}

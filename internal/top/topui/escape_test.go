@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 )
 
 // What a client can write into a Lease's holderIdentity or an annotation
@@ -74,7 +74,7 @@ func rawControl(out string) (rune, bool) {
 		if r == utf8.RuneError && !strings.HasPrefix(out[i:], "\uFFFD") {
 			return rune(out[i]), true
 		}
-		if r != '\n' && !policy.Printable(r) {
+		if r != '\n' && !oneline.Printable(r) {
 			return r, true
 		}
 	}

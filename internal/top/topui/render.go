@@ -17,7 +17,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 )
 
 // Format is an output format (-o).
@@ -319,11 +319,11 @@ func WritePrinted(w io.Writer, r *leasetraffic.Report, p printers.ResourcePrinte
 func escapeStrings(v any) any {
 	switch v := v.(type) {
 	case string:
-		return policy.Escape(v)
+		return oneline.Escape(v)
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			out[policy.Escape(k)] = escapeStrings(e)
+			out[oneline.Escape(k)] = escapeStrings(e)
 		}
 		return out
 	case []any:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 )
@@ -137,7 +138,7 @@ func (t *Tracker) fetch(ctx context.Context, u string) (*leasestats.Snapshot, er
 	if resp.StatusCode != http.StatusOK {
 		// The body is the replica's, or whatever answers at the address
 		// given: quoted cut and escaped, as the webhook quotes values.
-		return nil, fmt.Errorf("webhook stats %s: HTTP %d: %s", u, resp.StatusCode, policy.Clip(strings.TrimSpace(string(body))))
+		return nil, fmt.Errorf("webhook stats %s: HTTP %d: %s", u, resp.StatusCode, oneline.Clip(strings.TrimSpace(string(body))))
 	}
 	var s leasestats.Snapshot
 	if err := json.Unmarshal(body, &s); err != nil {

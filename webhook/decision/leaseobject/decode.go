@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -253,7 +254,7 @@ func DecodeJSON(res policy.Resource, data []byte) (*policy.Object, error) {
 		return nil, DecodeError("", strict[0])
 	}
 	if w.Kind != wantKind || w.APIVersion != wantVersion {
-		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(policy.Clip(w.APIVersion)), orMissing(policy.Clip(w.Kind)), wantVersion, wantKind)
+		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(oneline.Clip(w.APIVersion)), orMissing(oneline.Clip(w.Kind)), wantVersion, wantKind)
 	}
 	m := &w.Metadata
 	o := &policy.Object{Name: m.Name, Namespace: m.Namespace, GenerateName: m.GenerateName}
@@ -310,16 +311,16 @@ func DecodeError(prefix string, err error) error {
 		}
 		path := typeErr.Field
 		if path == "" && prefix == "" {
-			return fmt.Errorf("cannot decode object: want a JSON object, got JSON %s", policy.Clip(got))
+			return fmt.Errorf("cannot decode object: want a JSON object, got JSON %s", oneline.Clip(got))
 		}
-		return fmt.Errorf("%s%s: want %s, got JSON %s", prefix, policy.Clip(path), wantOf(typeErr), policy.Clip(got))
+		return fmt.Errorf("%s%s: want %s, got JSON %s", prefix, oneline.Clip(path), wantOf(typeErr), oneline.Clip(got))
 	case errors.As(err, &fieldErr):
-		return fmt.Errorf("not JSON the API server writes: %s%s appears more than once", prefix, policy.Clip(fieldErr.FieldPath()))
+		return fmt.Errorf("not JSON the API server writes: %s%s appears more than once", prefix, oneline.Clip(fieldErr.FieldPath()))
 	}
 	if ok, _ := kjson.SyntaxErrorOffset(err); ok {
-		return fmt.Errorf("not JSON: %s", policy.Clip(err.Error()))
+		return fmt.Errorf("not JSON: %s", oneline.Clip(err.Error()))
 	}
-	return fmt.Errorf("cannot decode: %s", policy.Clip(err.Error()))
+	return fmt.Errorf("cannot decode: %s", oneline.Clip(err.Error()))
 }
 
 // wantOf names the JSON type a Go field wants.
@@ -521,7 +522,7 @@ func specTime(o *policy.Object, name string, raw json.RawMessage) time.Time {
 	}
 	if !TypedTime(s) {
 		o.Untyped = append(o.Untyped, policy.Unreadable{Field: "spec." + name, Raw: rawKey(raw),
-			Problem: " \"" + policy.Clip(s) + "\" cannot be read by typed clients (metav1.MicroTime): write it as " + MicroTimeLayout})
+			Problem: " \"" + oneline.Clip(s) + "\" cannot be read by typed clients (metav1.MicroTime): write it as " + MicroTimeLayout})
 	}
 	return t
 }
@@ -538,7 +539,7 @@ func specCount(o *policy.Object, name string, raw json.RawMessage) int32 {
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	switch {
 	case err != nil:
-		unreadable(o, name, raw, ": want integer, got "+policy.Clip(string(raw)))
+		unreadable(o, name, raw, ": want integer, got "+oneline.Clip(string(raw)))
 	case n < 0:
 		unreadable(o, name, raw, " is negative ("+strconv.FormatInt(n, 10)+")")
 	case n > math.MaxInt32:
@@ -590,7 +591,7 @@ func DecodeAnyLenient(data []byte) (policy.Resource, *policy.Object, error) {
 		}
 	}
 	return "", nil, fmt.Errorf("object is %s %s, want coordination.k8s.io/v1 Lease or %s/%s %s",
-		orMissing(policy.Clip(head.APIVersion)), orMissing(policy.Clip(head.Kind)), mclv1alpha1.Group, mclv1alpha1.Version, mclv1alpha1.Kind)
+		orMissing(oneline.Clip(head.APIVersion)), orMissing(oneline.Clip(head.Kind)), mclv1alpha1.Group, mclv1alpha1.Version, mclv1alpha1.Kind)
 }
 
 func isInteger(k reflect.Kind) bool {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 )
 
 // ParseTime reads a time as the API server accepts it, so that every object
@@ -22,7 +22,7 @@ func ParseTime(s string) (time.Time, error) {
 		return t, nil
 	}
 	// The value is cut before it is quoted: it can be megabytes long.
-	return time.Time{}, fmt.Errorf("\"%s\" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", policy.Clip(s))
+	return time.Time{}, fmt.Errorf("\"%s\" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z", oneline.Clip(s))
 }
 
 // MicroTimeLayout is the one layout metav1.MicroTime reads (and writes):

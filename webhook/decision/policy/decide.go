@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 )
 
@@ -370,7 +371,7 @@ func (c *check) deletion() (Decision, bool) {
 		return Decision{}, true
 	}
 	return c.deny(InvariantFencing, http.StatusForbidden,
-		"may not delete the live lease of "+clip(old.Spec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(old)), false
+		"may not delete the live lease of "+oneline.Clip(old.Spec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(old)), false
 }
 
 // ownershipChanged reports whether an UPDATE changes the finalizers or the
@@ -401,7 +402,7 @@ func (c *check) designationChange() (Decision, bool) {
 	}
 	if req.New.Designated != caller.Username {
 		return c.deny(InvariantDesignationChange, http.StatusForbidden,
-			"may not designate "+clip(req.New.Designated)+" for", "a manager may designate only itself"), false
+			"may not designate "+oneline.Clip(req.New.Designated)+" for", "a manager may designate only itself"), false
 	}
 	if oldSet && old.Designated != caller.Username && c.fresh(old) {
 		return c.deny(InvariantDesignationChange, http.StatusForbidden,
@@ -551,13 +552,13 @@ func (c *check) fencing() (Decision, bool) {
 		return Decision{}, true
 	case newSpec.Holder != "" && live:
 		return c.deny(InvariantFencing, http.StatusForbidden,
-			"may not change the holder ("+clip(oldSpec.Holder)+" to "+clip(newSpec.Holder)+") of",
+			"may not change the holder ("+oneline.Clip(oldSpec.Holder)+" to "+oneline.Clip(newSpec.Holder)+") of",
 			c.heldUntil(req.Old)), false
 	case newSpec.Holder == "" && live && !c.holdsLease(oldSpec.Holder):
 		// A release hands the lease to whoever asks next: only its holder
 		// may do that before it expires.
 		return c.deny(InvariantFencing, http.StatusForbidden,
-			"may not release the lease of "+clip(oldSpec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(req.Old)), false
+			"may not release the lease of "+oneline.Clip(oldSpec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(req.Old)), false
 	}
 	if req.Resource != Leases {
 		return Decision{}, true
@@ -617,12 +618,12 @@ func (c *check) holderBound() (Decision, bool) {
 				"holderBinding pod needs the "+PodNameExtra+" extra"), false
 		}
 		if !holderIsPod(holder, caller.PodName) {
-			return c.deny(InvariantHolder, http.StatusForbidden, "writes holder "+clip(holder)+" of another pod on",
-				"want "+clip(caller.PodName)+"[_<id>]"), false
+			return c.deny(InvariantHolder, http.StatusForbidden, "writes holder "+oneline.Clip(holder)+" of another pod on",
+				"want "+oneline.Clip(caller.PodName)+"[_<id>]"), false
 		}
 	case HolderBindingUsername:
 		if holder != caller.Username {
-			return c.deny(InvariantHolder, http.StatusForbidden, "writes holder "+clip(holder)+" that is not its username on",
+			return c.deny(InvariantHolder, http.StatusForbidden, "writes holder "+oneline.Clip(holder)+" that is not its username on",
 				"holder must be the caller's username"), false
 		}
 	}
@@ -841,8 +842,8 @@ func (c *check) unreadableNotice() string {
 		return ""
 	}
 	u := &old.Unreadable[0]
-	return truncate("leaseguard: stored "+c.req.Resource.kind()+" "+c.obj.Namespace+"/"+c.obj.Name+" has an unreadable "+u.Field+
-		" ("+clip(strings.TrimLeft(u.Problem, ": "))+"); judged without it, by the time the API server stored the last renewal", MaxMessageLength)
+	return oneline.Truncate("leaseguard: stored "+c.req.Resource.kind()+" "+c.obj.Namespace+"/"+c.obj.Name+" has an unreadable "+u.Field+
+		" ("+oneline.Clip(strings.TrimLeft(u.Problem, ": "))+"); judged without it, by the time the API server stored the last renewal", MaxMessageLength)
 }
 
 func (c *check) allowed() Decision { return Decision{Verdict: Allow} }

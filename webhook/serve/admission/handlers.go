@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 	"github.com/leaseguard/leaseguard/webhook/serve/metrics"
@@ -74,7 +75,7 @@ func (v *Validator) Handle(_ context.Context, ar cradmission.Request) cradmissio
 		}
 		v.Log.Info("lease write "+verdictPast(d.Verdict),
 			"rule", d.Rule, "invariant", string(d.Invariant), "verdict", d.Verdict.String(),
-			"user", policy.Clip(req.Caller.Username), "resource", string(req.Resource), "namespace", policy.Clip(obj.Namespace), "name", policy.Clip(obj.Name),
+			"user", oneline.Clip(req.Caller.Username), "resource", string(req.Resource), "namespace", oneline.Clip(obj.Namespace), "name", oneline.Clip(obj.Name),
 			"operation", string(req.Operation), "subresource", req.Subresource, "dryRun", req.DryRun,
 			"message", d.Message)
 	}
@@ -194,7 +195,7 @@ func (m *Designator) Handle(_ context.Context, ar cradmission.Request) cradmissi
 		} else {
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+escapeJSONPointer(policy.DesignationAnnotation), user))
 		}
-		m.Log.V(1).Info("designating manager", "user", policy.Clip(user), "namespace", policy.Clip(req.New.Namespace), "name", policy.Clip(req.New.Name))
+		m.Log.V(1).Info("designating manager", "user", oneline.Clip(user), "namespace", oneline.Clip(req.New.Namespace), "name", oneline.Clip(req.New.Name))
 	}
 	// controller-runtime's Webhook encodes the operations (Response.Complete).
 	return cradmission.Patched("", ops...)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/serve/metrics"
 )
@@ -130,7 +131,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // gives back when it returns; or says it found no room (busy).
 func (h *handler) answer(r *http.Request) (resp cradmission.Response, busy error) {
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-		return h.unreadable.answer("", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", policy.Clip(r.Header.Get("Content-Type"))), "unreadable"), nil
+		return h.unreadable.answer("", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", oneline.Clip(r.Header.Get("Content-Type"))), "unreadable"), nil
 	}
 	var held bodyReservation
 	defer held.release()
@@ -180,7 +181,7 @@ func (u unreadable) answer(uid string, code int32, err error, reason string) cra
 	resp := cradmission.Allowed("")
 	if u.refuse {
 		refusal := badRequest(err)
-		u.log.Info("refused unreadable admission request", "uid", policy.Clip(uid), "reason", reason, "error", refusal.Error())
+		u.log.Info("refused unreadable admission request", "uid", oneline.Clip(uid), "reason", reason, "error", refusal.Error())
 		resp = cradmission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Result: failure(code, refusal)}}
 	}
 	resp.UID = types.UID(uid)

@@ -20,6 +20,7 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -94,7 +95,7 @@ func decodeReview(body []byte) (*decodedReview, error) {
 		if err != nil && review.APIVersion == "" && review.Kind == "" {
 			return nil, leaseobject.DecodeError("", err)
 		}
-		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(policy.Clip(review.APIVersion)), orMissing(policy.Clip(review.Kind)), reviewAPIVersion, reviewKind)
+		return nil, fmt.Errorf("body is %s %s, want %s %s", orMissing(oneline.Clip(review.APIVersion)), orMissing(oneline.Clip(review.Kind)), reviewAPIVersion, reviewKind)
 	}
 	req := review.Request
 	if req == nil {
@@ -166,7 +167,7 @@ func toPolicyRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.
 		return nil, fmt.Errorf("request.userInfo.username is empty")
 	}
 	if out.Subresource != "" && out.Subresource != policy.StatusSubresource {
-		return nil, fmt.Errorf("subresource %q is not guarded (only status)", policy.Clip(out.Subresource))
+		return nil, fmt.Errorf("subresource %q is not guarded (only status)", oneline.Clip(out.Subresource))
 	}
 	switch op := req.Operation; op {
 	case admissionv1.Create:
@@ -176,7 +177,7 @@ func toPolicyRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.
 	case admissionv1.Delete:
 		out.Operation = policy.Delete
 	default:
-		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", policy.Clip(string(op)))
+		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", oneline.Clip(string(op)))
 	}
 	if out.Operation != policy.Create {
 		if out.Old, err = decodeObject(res, req.OldObject.Raw, "oldObject", out.Operation); err != nil {
@@ -221,7 +222,7 @@ func fillNames(out *policy.Request, name, namespace string) error {
 		obj = out.Old
 	}
 	if name != "" && obj.Name != "" && obj.Name != name {
-		return fmt.Errorf("request.name %q does not match the object's name %q", policy.Clip(name), policy.Clip(obj.Name))
+		return fmt.Errorf("request.name %q does not match the object's name %q", oneline.Clip(name), oneline.Clip(obj.Name))
 	}
 	if obj.Name == "" {
 		// Validation sees the name the API server generated; the mutating
@@ -243,7 +244,7 @@ func resourceOf(group, version, kind string) (policy.Resource, error) {
 	case group == mclv1alpha1.Group && kind == mclv1alpha1.Kind:
 		return policy.MultiClusterLeases, nil
 	}
-	group, version, kind = policy.Clip(group), policy.Clip(version), policy.Clip(kind)
+	group, version, kind = oneline.Clip(group), oneline.Clip(version), oneline.Clip(kind)
 	var k string
 	switch {
 	case kind == "":
