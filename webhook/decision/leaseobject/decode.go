@@ -1,5 +1,7 @@
-// Package leaseobject turns the serialized Lease or MultiClusterLease of an
-// admission request (JSON) or of a file (YAML) into the decision core's
+// Package leaseobject reads what arrives into the decision core's terms: an
+// admission request into a policy.Request (ReadRequest: the caller's
+// identity once, both objects decoded), and the serialized Lease or
+// MultiClusterLease of a request (JSON) or of a file (YAML) into the
 // normalised policy.Object. It decodes with the API machinery's JSON
 // decoder (sigs.k8s.io/json: case-sensitive, the last of duplicate keys,
 // duplicates in what it reads reported) into a deliberately partial typed
@@ -16,7 +18,7 @@
 // custom resource, stored as written, whatever its schema let through): one
 // that still cannot be read is recorded in Object.Unreadable with its JSON
 // text, so that a write which leaves it unchanged can be decided, and the
-// caller (ToPolicyRequest, `leaseguard check`) decides whether a new value
+// caller (ReadRequest, `leaseguard check`) decides whether a new value
 // of that kind is an error.
 package leaseobject
 

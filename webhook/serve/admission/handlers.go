@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cradmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
@@ -54,7 +55,7 @@ func (v *Validator) refusals() unreadable {
 // Handle decides one admission request (controller-runtime's
 // admission.Handler).
 func (v *Validator) Handle(_ context.Context, ar cradmission.Request) cradmission.Response {
-	req, err := toPolicyRequest(&ar.AdmissionRequest, now(v.Now))
+	req, err := leaseobject.ReadRequest(&ar.AdmissionRequest, now(v.Now))
 	if err != nil {
 		return v.refusals().answer(string(ar.UID), http.StatusBadRequest, err, "unreadable")
 	}
@@ -66,8 +67,9 @@ func (v *Validator) Handle(_ context.Context, ar cradmission.Request) cradmissio
 	// webhook should now take can reach only this one. (The rendered
 	// conditions send each write to one webhook only.)
 	d := policy.Decide(v.Policies.Policy(), req)
-	v.Metrics.Decision(req.Resource, &d, time.Since(start))
-	v.LeaseStats.ObserveRequest(req, d.Verdict) // per-lease top-K for /debug/leases
+	elapsed := time.Since(start)
+	// Logged first, then counted: the log quotes the request, the counts
+	// go to the serving room (docs/design.md §6, the request's hops).
 	if d.Verdict != policy.Allow {
 		obj := req.New
 		if obj == nil {
@@ -80,9 +82,11 @@ func (v *Validator) Handle(_ context.Context, ar cradmission.Request) cradmissio
 			"message", d.Message)
 	}
 	if d.Notice != "" {
-		v.Metrics.UnreadableStored(req.Resource)
 		v.Log.Info("stored lease has an unreadable field", "uid", ar.UID, "notice", d.Notice)
+		v.Metrics.UnreadableStored(req.Resource)
 	}
+	v.Metrics.Decision(req.Resource, &d, elapsed)
+	v.LeaseStats.ObserveRequest(req, d.Verdict) // per-lease top-K for /debug/leases
 	return Response(&d)
 }
 
@@ -166,7 +170,7 @@ const maxPatchedValueBytes = 1 << 10
 // Handle answers one admission request with a patch or none
 // (controller-runtime's admission.Handler).
 func (m *Designator) Handle(_ context.Context, ar cradmission.Request) cradmission.Response {
-	req, err := toPolicyRequest(&ar.AdmissionRequest, now(m.Now))
+	req, err := leaseobject.ReadRequest(&ar.AdmissionRequest, now(m.Now))
 	if err != nil {
 		return m.refusals().answer(string(ar.UID), http.StatusBadRequest, err, "unreadable")
 	}
@@ -176,11 +180,19 @@ func (m *Designator) Handle(_ context.Context, ar cradmission.Request) cradmissi
 	// real lease carries, nothing is patched (the renewal is stored, the
 	// designation left to the manager or an operator), so that an answer
 	// never grows with what a client posts.
+	// Decided first, then answered: the three decisions are the core's,
+	// the patch and the counts this room's.
 	coalesce, acknowledge := policy.Coalesce(p, req), false
 	if !coalesce {
 		acknowledge = policy.Acknowledge(p, req)
 	}
-	if coalesce || acknowledge {
+	var user string
+	var stamp bool
+	if !coalesce && !acknowledge {
+		user, stamp = policy.Designate(p, req)
+	}
+	switch {
+	case coalesce || acknowledge:
 		if len(req.Old.RenewTimeText) <= maxPatchedValueBytes {
 			ops = append(ops, jsonpatch.NewOperation("replace", "/spec/renewTime", req.Old.RenewTimeText))
 			if coalesce {
@@ -189,7 +201,7 @@ func (m *Designator) Handle(_ context.Context, ar cradmission.Request) cradmissi
 				m.Metrics.Acknowledged(req.Resource)
 			}
 		}
-	} else if user, stamp := policy.Designate(p, req); stamp && len(user) <= maxPatchedValueBytes {
+	case stamp && len(user) <= maxPatchedValueBytes:
 		if !req.New.HasAnnotations {
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{policy.DesignationAnnotation: user}))
 		} else {
