@@ -550,7 +550,7 @@ func TestAutoRenewInterval(t *testing.T) {
 	}
 }
 
-func TestRenewDeadline(t *testing.T) {
+func TestEffectiveRenewDeadline(t *testing.T) {
 	for _, c := range []struct {
 		spec Spec
 		want time.Duration
@@ -561,8 +561,8 @@ func TestRenewDeadline(t *testing.T) {
 		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 8 * time.Second},
 		{Spec{RenewDeadline: 8 * time.Second}, 8 * time.Second},
 	} {
-		if got := RenewDeadline(&c.spec); got != c.want {
-			t.Errorf("RenewDeadline(%+v) = %v, want %v", c.spec, got, c.want)
+		if got := c.spec.EffectiveRenewDeadline(); got != c.want {
+			t.Errorf("EffectiveRenewDeadline of %+v = %v, want %v", c.spec, got, c.want)
 		}
 	}
 }

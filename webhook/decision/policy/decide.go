@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -600,10 +601,6 @@ func (c *check) holdsLease(holder string) bool {
 	return true
 }
 
-func holderIsPod(holder, pod string) bool {
-	return holder == pod || (strings.HasPrefix(holder, pod) && holder[len(pod)] == '_')
-}
-
 // holderBound enforces I5 on a written non-empty holder.
 func (c *check) holderBound() (Decision, bool) {
 	holder := c.req.New.Spec.Holder
@@ -875,3 +872,84 @@ func orNone(s string) string {
 	}
 	return s
 }
+
+// plainRenewal reports whether new differs from old in renewTime alone, with
+// a holder, as both say: nothing but the clock moves.
+func plainRenewal(old, new *Object) bool {
+	return renewsOnly(old, new) && sameDesignation(old, new)
+}
+
+// renewsOnly is plainRenewal but for the designation, which may change.
+func renewsOnly(old, new *Object) bool {
+	if old.Spec.Holder == "" || old.Spec.RenewTime.IsZero() || new.Spec.RenewTime.IsZero() ||
+		len(old.Unreadable) > 0 || len(new.Unreadable) > 0 {
+		return false
+	}
+	renewed := new.Spec
+	renewed.RenewTime = old.Spec.RenewTime
+	return old.Spec.Equal(&renewed) && old.Finalizers == new.Finalizers && old.OwnerReferences == new.OwnerReferences
+}
+
+// MaxMessageLength bounds every denial message (docs/design.md §4): one line, fit for
+// kubectl's error output and an event.
+const MaxMessageLength = 255
+
+// deny builds a denial: "leaseguard: rule R: CALLER PROBLEM KIND NS/NAME (HINT)".
+// Messages are built only on this path, so admitted writes never allocate.
+func (c *check) deny(inv Invariant, code int32, problem, hint string) Decision {
+	msg := "leaseguard: rule " + c.rule.Name + ": " + oneline.Clip(c.req.Caller.Username) + " " + problem + " " +
+		c.req.Resource.kind() + " " + c.obj.Namespace + "/" + c.obj.Name
+	if hint != "" {
+		msg += " (" + hint + ")"
+	}
+	return Decision{Verdict: Deny, Invariant: inv, Code: code, Message: oneline.Truncate(msg, MaxMessageLength)}
+}
+
+func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// relative abbreviates a username that shares a long prefix with the
+// caller's, so both fit in one message: for the caller
+// system:serviceaccount:cnrm-system:cnrm-controller-manager-b, the user
+// system:serviceaccount:cnrm-system:cnrm-controller-manager-a is written
+// ...cnrm-controller-manager-a. The cut falls after the last ':' shared.
+func (c *check) relative(user string) string {
+	caller := c.req.Caller.Username
+	n := 0
+	for n < len(user) && n < len(caller) && user[n] == caller[n] {
+		n++
+	}
+	cut := strings.LastIndexByte(user[:n], ':')
+	if cut < 16 {
+		return oneline.Clip(user)
+	}
+	return oneline.Clip("..." + user[cut+1:])
+}
+
+// Decision is the answer to a Request.
+type Decision struct {
+	Verdict Verdict
+	// Rule is the name of the rule that selected the object; empty when no
+	// rule did.
+	Rule string
+	// Invariant is the invariant the write breaks (also for Warn and Audit).
+	Invariant Invariant
+	// Code is the HTTP status of a denial: 403, or 429 for I6.
+	Code int32
+	// RetryAfter is, for an I6 denial, the time until the renewal would pass.
+	RetryAfter time.Duration
+	// Message is the one-line explanation of a denial, warning or audit.
+	Message string
+	// RenewalInterval is set when the write is a renewal: the time since the
+	// stored renewTime, by the server clock.
+	RenewalInterval time.Duration
+	// DesignationChanged is set on an admitted write that changes the
+	// designation annotation.
+	DesignationChanged bool
+	// Notice, on an admitted write, is a one-line note for the client (an
+	// admission warning): the stored object had a field leaseguard could not
+	// read and the decision was made without it.
+	Notice string
+}
+
+// Allowed reports whether the write is admitted.
+func (d *Decision) Allowed() bool { return d.Verdict != Deny }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"time"
 
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
@@ -155,20 +156,7 @@ func (r *Rule) renewInterval(o *Object) time.Duration {
 // interval (client-go retries after Retry-After), which is then half the time
 // the client allows a renewal to take: it keeps its lease with a margin.
 func AutoRenewInterval(s *Spec) time.Duration {
-	return RenewDeadline(s) / 2
-}
-
-// RenewDeadline is the renew deadline an object declares, or two thirds of
-// its lease duration (client-go's ratio) when it declares none.
-func RenewDeadline(s *Spec) time.Duration {
-	if s.RenewDeadline > 0 {
-		return s.RenewDeadline
-	}
-	l := s.LeaseDuration
-	if l <= 0 {
-		l = DefaultLeaseDuration
-	}
-	return l * 2 / 3
+	return s.EffectiveRenewDeadline() / 2
 }
 
 // ClientTimings are the leader-election settings of the clients a rule
@@ -236,3 +224,82 @@ func (t ClientTimings) MaxCoalesceInterval(skew time.Duration) time.Duration {
 // little differently, but a lease that runs out within minutes, never one a
 // holder keeps for years.
 const DefaultMaxLeaseDurationFactor = 4
+
+// IsManager reports whether username counts as a manager under the rule,
+// through the bind template, the managers patterns or a fixed designation.
+func (r *Rule) IsManager(username string) bool {
+	if r.bind != nil {
+		if _, ok := r.bind.MatchManager(username); ok {
+			return true
+		}
+	}
+	return r.managers.Match(username) || (r.designation == DesignationFixed && username == r.fixedManager)
+}
+
+// DesignatedWriter is the username whose writes of o are stored while its
+// lease is fresh: the fixed designation, else the recorded one; "" when the
+// rule designates none.
+func (r *Rule) DesignatedWriter(o *Object) string {
+	switch r.designation {
+	case DesignationNone:
+		return ""
+	case DesignationFixed:
+		return r.fixedManager
+	}
+	if o.HasDesignation {
+		return o.Designated
+	}
+	return ""
+}
+
+// sharesRenewal reports whether the caller may renew the stored
+// MultiClusterLease with its holder, whoever is designated: a manager of
+// the rule (of its bound lease, under a bind template) that holder binding
+// lets hold it.
+func (r *Rule) sharesRenewal(caller *Caller, old *Object) bool {
+	if !r.IsManager(caller.Username) {
+		return false
+	}
+	if r.bind != nil {
+		vals, bound := r.bind.MatchManager(caller.Username)
+		if !bound || !r.bind.BoundTo(old.Namespace, old.Name, &vals) {
+			return false
+		}
+	}
+	switch r.holderBinding {
+	case HolderBindingPod:
+		return caller.PodName != "" && holderIsPod(old.Spec.Holder, caller.PodName)
+	case HolderBindingUsername:
+		return old.Spec.Holder == caller.Username
+	}
+	return true
+}
+
+// rightfulRenewer reports whether the caller is a manager the rule would let
+// renew this lease as it stands: the designated manager when one is
+// recorded (under designation by annotation, only then: until an operator
+// records one, Decide refuses every spec write, I2), the holder's pod or
+// user under a holder binding.
+func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
+	if old.HasDesignation && old.Designated != "" && old.Designated != caller.Username {
+		return false
+	}
+	if r.designation == DesignationByAnnotation && (!old.HasDesignation || old.Designated != caller.Username) {
+		return false
+	}
+	if r.designation == DesignationFixed && caller.Username != r.fixedManager {
+		return false
+	}
+	return r.sharesRenewal(caller, old)
+}
+
+// RenewerExpressible reports whether the rule's rightful renewer can be
+// written in CEL: a bind template with several captures can be only where
+// the lease's name and namespace give them (bind.expressible).
+func (r *Rule) RenewerExpressible() bool {
+	return r.bind == nil || r.bind.Expressible()
+}
+
+func holderIsPod(holder, pod string) bool {
+	return holder == pod || (strings.HasPrefix(holder, pod) && holder[len(pod)] == '_')
+}

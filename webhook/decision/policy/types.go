@@ -199,6 +199,19 @@ func (s *Spec) Equal(o *Spec) bool {
 		s.PreferredHolder == o.PreferredHolder
 }
 
+// EffectiveRenewDeadline is the renew deadline the object declares, or two thirds of
+// its lease duration (client-go's ratio) when it declares none.
+func (s *Spec) EffectiveRenewDeadline() time.Duration {
+	if s.RenewDeadline > 0 {
+		return s.RenewDeadline
+	}
+	l := s.LeaseDuration
+	if l <= 0 {
+		l = DefaultLeaseDuration
+	}
+	return l * 2 / 3
+}
+
 // Request is everything a decision depends on.
 type Request struct {
 	Resource    Resource
@@ -269,32 +282,3 @@ const (
 	InvariantBounds            Invariant = "I10"
 	InvariantMetadata          Invariant = "I11"
 )
-
-// Decision is the answer to a Request.
-type Decision struct {
-	Verdict Verdict
-	// Rule is the name of the rule that selected the object; empty when no
-	// rule did.
-	Rule string
-	// Invariant is the invariant the write breaks (also for Warn and Audit).
-	Invariant Invariant
-	// Code is the HTTP status of a denial: 403, or 429 for I6.
-	Code int32
-	// RetryAfter is, for an I6 denial, the time until the renewal would pass.
-	RetryAfter time.Duration
-	// Message is the one-line explanation of a denial, warning or audit.
-	Message string
-	// RenewalInterval is set when the write is a renewal: the time since the
-	// stored renewTime, by the server clock.
-	RenewalInterval time.Duration
-	// DesignationChanged is set on an admitted write that changes the
-	// designation annotation.
-	DesignationChanged bool
-	// Notice, on an admitted write, is a one-line note for the client (an
-	// admission warning): the stored object had a field leaseguard could not
-	// read and the decision was made without it.
-	Notice string
-}
-
-// Allowed reports whether the write is admitted.
-func (d *Decision) Allowed() bool { return d.Verdict != Deny }
