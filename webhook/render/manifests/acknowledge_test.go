@@ -9,6 +9,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
 )
 
 // The sample policy's MutatingAdmissionPolicy
@@ -161,7 +162,9 @@ func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
 // object compared, managedFields entry by entry): the fail-open route and
 // the mutating webhook each stop at something cheaper (renewTime kept,
 // the spec kept). Each costs less, in the API server's CEL cost units,
-// than the proof alone; a proof put back into either fails this.
+// than the proof alone; a proof put back into either fails this. The
+// fail-closed condition asks the caller, then the proof, and no identity
+// question; the mutating webhook's compares the spec before anything else.
 func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
 	req, old, obj := acknowledgedRenewal()
 	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
@@ -185,6 +188,20 @@ func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
 	if taken || closed < proof {
 		t.Errorf("the fail-closed webhook's condition: taken %v at cost %d; want not taken, having proved the no-op (cost %d)", taken, closed, proof)
 	}
+	// Nor does the fail-closed condition ask a no-op whether it changes an
+	// identity (a no-op of the object itself changes none): the caller,
+	// then the proof.
+	identity, _ := cost("the identity change", celexpr.IdentityChange([]policy.Resource{policy.Leases, policy.MultiClusterLeases}))
+	if closed >= proof+identity {
+		t.Errorf("the fail-closed webhook's condition costs %d, the no-op proof %d and the identity change %d: it asked the no-op about identities", closed, proof, identity)
+	}
+	// And the mutating webhook asks the spec first: a write that moves
+	// no spec is nothing for it, whoever writes it.
+	moves, _ := cost("the spec moves", "request.operation != 'UPDATE' || object.?spec != oldObject.?spec")
+	if mutating, _ := cost("the mutating webhook", condition(r.Mutating.Webhooks[0].MatchConditions, "may-need-designation")); mutating > moves+2 {
+		t.Errorf("the mutating webhook's condition costs %d on an acknowledged renewal, the spec comparison %d: it asked more before the spec", mutating, moves)
+	}
+	t.Logf("the fail-closed condition: cost %d (the no-op proof %d, the identity change %d)", closed, proof, identity)
 	for name, expr := range map[string]string{
 		"the fail-open route":  condition(r.Validating.Webhooks[1].MatchConditions, "selected-and-changed"),
 		"the mutating webhook": condition(r.Mutating.Webhooks[0].MatchConditions, "may-need-designation"),

@@ -57,23 +57,25 @@ func TestFailureSplit(t *testing.T) {
 		"object.metadata.?finalizers == oldObject.metadata.?finalizers", `object.metadata.?annotations[?"leaseguard.io/designated-manager"]`,
 		// Renewals by anyone but the rightful renewer: a manager, from the
 		// holder's pod.
-		`|| !(request.userInfo.username.startsWith("svc:")`, `authentication.kubernetes.io/pod-name`} {
+		`!(request.userInfo.username.startsWith("svc:")`, `authentication.kubernetes.io/pod-name`} {
 		if !strings.Contains(closed, want) {
 			t.Errorf("fail-closed condition lacks %s:\n%s", want, closed)
 		}
 	}
-	// renewTime decides nothing about identity; after identity changes and
-	// callers, a write that changes something and is not a renewal
+	// Callers first; then a no-op of the object itself goes nowhere, and
+	// any other write that changes an identity or is not a renewal
 	// harmless unchecked (harmlessRenewal: forward, readable, not ahead of
 	// the API server's stamp, nothing else re-dated) never takes the
-	// fail-open path.
-	identity, harmless, ok := strings.Cut(closed, " || (!(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime")
-	if !ok || strings.Contains(identity, "renewTime") || !strings.Contains(harmless, `timestamp(object.spec.renewTime) <= timestamp(m.time) + duration("3s")`) ||
+	// fail-open path. renewTime decides nothing about identity.
+	callers, rest, ok := strings.Cut(closed, " || (((request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime")
+	_, afterNoop, ok2 := strings.Cut(rest, "&& request.?subResource.orValue('') == '') ? false : (")
+	identity, harmless, ok3 := strings.Cut(afterNoop, " || !(request.operation == 'UPDATE' && (object.?spec.?renewTime.hasValue()")
+	if !ok || !ok2 || !ok3 || !strings.Contains(callers, `!(request.userInfo.username.startsWith("svc:")`) || strings.Contains(identity, "renewTime") || !strings.Contains(harmless, `timestamp(object.spec.renewTime) <= timestamp(m.time) + duration("3s")`) ||
 		!strings.Contains(harmless, `timestamp(object.spec.renewTime) >= timestamp(m.time) - duration("2s")`) {
-		t.Errorf("fail-closed condition: identity changes, callers, then writes that are not harmless renewals (clockSkew 2s + 1s):\n%s", closed)
+		t.Errorf("fail-closed condition: callers, then no-ops to neither webhook, then identity changes and writes that are not harmless renewals (clockSkew 2s + 1s):\n%s", closed)
 	}
 	open := condition(hooks[1].MatchConditions, "selected-and-changed")
-	if !strings.Contains(open, "!(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime") {
+	if !strings.Contains(open, "(request.operation == 'UPDATE' && object.?spec.?renewTime == oldObject.?spec.?renewTime && object.?spec == oldObject.?spec") {
 		t.Errorf("the fail-open condition does not compare renewTime first:\n%s", open)
 	}
 	if got := hooks[1].Rules[0].Operations; len(got) != 1 || got[0] != admissionregistrationv1.Update {
