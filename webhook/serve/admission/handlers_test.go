@@ -235,3 +235,53 @@ func TestAPanicDropsTheConnectionInsteadOfDenying(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// The mutating webhook's condition skips every UPDATE that moves no spec
+// (the MutatingAdmissionPolicy leaves each acknowledged renewal so, and the
+// condition asks the spec first): the handler must have nothing to do for
+// such a write, whoever sends it and whatever else it changes. Designate
+// stamps only a write that moves the spec, Coalesce needs renewTime
+// advanced, and an Acknowledge of it would set renewTime to itself.
+func TestTheMutatingWebhookHasNothingToDoForAWriteThatMovesNoSpec(t *testing.T) {
+	const fresh, stale = "2026-11-30T11:59:59.000000Z", "2026-11-30T11:58:00.000000Z"
+	m := mutatingHandler(t)
+	for _, tc := range []struct {
+		name                string
+		user                string
+		stored              string
+		oldAnnotations, ann string
+	}{
+		{"another manager, designation fresh", managerB, fresh, designA, designA},
+		{"another manager, designation stale", managerB, stale, designA, designA},
+		{"the designated manager", managerA, fresh, designA, designA},
+		{"a manager, no designation yet", managerB, fresh, "", ""},
+		{"a manager adds an annotation of its own", managerB, stale, designA, designA + `,"team":"b"`},
+		{"a manager, the designation dropped", managerB, stale, designA, ""},
+		{"a stranger", "system:serviceaccount:default:intruder", stale, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stored := tc.stored
+			spec := `"holderIdentity":"cluster-a","leaseDurationSeconds":15,"renewTime":"` + stored + `"`
+			r := review{kind: "MultiClusterLease", operation: "UPDATE", user: tc.user,
+				oldObject: mcl(tc.oldAnnotations, spec), object: mcl(tc.ann, spec)}
+			code, resp := post(t, m, r.json())
+			if code != http.StatusOK || !resp.Allowed {
+				t.Fatalf("HTTP %d, allowed %v: %+v", code, resp.Allowed, resp.Result)
+			}
+			var ops []struct {
+				Op, Path string
+				Value    any
+			}
+			if len(resp.Patch) > 0 {
+				if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+					t.Fatalf("patch %s: %v", resp.Patch, err)
+				}
+			}
+			for _, op := range ops {
+				if op.Op != "replace" || op.Path != "/spec/renewTime" || op.Value != stored {
+					t.Errorf("patch %s changes a write that moves no spec", resp.Patch)
+				}
+			}
+		})
+	}
+}
