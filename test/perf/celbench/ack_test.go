@@ -1,7 +1,6 @@
 package celbench
 
 import (
-	"context"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -71,18 +70,7 @@ func acknowledgedRenewal(asSent bool) *admission.VersionedAttributes {
 }
 
 func benchAck(b *testing.B, conds []admissionregistrationv1.MatchCondition, asSent, want bool) {
-	m := matcher(conds)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		r := m.Match(ctx, acknowledgedRenewal(asSent), nil, nil)
-		if r.Error != nil {
-			b.Fatal(r.Error)
-		}
-		if r.Matches != want {
-			b.Fatalf("matches = %v, want %v (failed: %s)", r.Matches, want, r.FailedConditionName)
-		}
-	}
+	benchWrites(b, conds, func() *admission.VersionedAttributes { return acknowledgedRenewal(asSent) }, want)
 }
 
 // BenchmarkAcknowledgedRenewal: each configuration's conditions on one
