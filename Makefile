@@ -290,7 +290,7 @@ test-e2e: controlplane ## The e2e suite on the local control plane (or on the cl
 	go test -count=1 -v ./test/e2e/ -ginkgo.v
 
 .PHONY: test-e2e-kind
-test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, fault tests, helm upgrade and uninstall, the cert-manager overlay, teardown (needs root or Docker; hack/kind).
+test-e2e-kind: ## kind (1 control plane, 2 workers; offline node image unless KIND_NODE_IMAGE is set), Helm install, the e2e suite, namespace mode on the real lock, fault tests, a second 1-node cluster sharing the global lock, helm upgrade and uninstall, the cert-manager overlay, teardown (needs root or Docker; hack/kind).
 	hack/kind/e2e.sh
 
 .PHONY: test-e2e-kind-down

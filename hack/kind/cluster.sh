@@ -3,6 +3,13 @@
 # e2e, Helm and fault tests, on the node image of $KIND_NODE_IMAGE or, where
 # none is given, the project's own offline one (hack/kind/node-image.sh).
 #
+# The two-cluster stage adds a second cluster beside it, of one node, with
+#   KIND_CLUSTER=<its name> KIND_WORKERS=0 KIND_POD_SUBNET=<a CIDR of its own>
+#   KIND_SHARE_ADMISSION=1
+# (its pods must not share the first cluster's CIDR: the host routes to both;
+# it shares the first cluster's admission CA and client certificate, which
+# its `up` keeps and its `down` leaves to the first cluster's).
+#
 # The API server presents a client certificate to every webhook it calls (an
 # AdmissionConfiguration, as docs/operations.md tells administrators), signed
 # by a CA of the run's own: leaseguard is installed to hear only it
@@ -37,6 +44,9 @@ set -uo pipefail
 
 admission=$KIND_STATE/admission
 admission_in_node=/etc/kubernetes/leaseguard-admission
+workers=${KIND_WORKERS:-2}
+pod_subnet=${KIND_POD_SUBNET:-}
+share_admission=${KIND_SHARE_ADMISSION:-}
 
 kubectl_kind() { "$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" "$@"; }
 
@@ -86,6 +96,7 @@ config() {
 		apiVersion: kind.x-k8s.io/v1alpha4
 		networking:
 		  disableDefaultCNI: $offline
+		${pod_subnet:+  podSubnet: $pod_subnet}
 		# kube-controller-manager and kube-scheduler elect through
 		# LeaseCandidates and the API server's election controller (KEP-4355,
 		# beta and off by default): the faults show leaseguard never delays or
@@ -100,8 +111,12 @@ config() {
 		  - hostPath: $admission
 		    containerPath: $admission_in_node
 		    readOnly: true
-		- role: worker
-		- role: worker
+	CFG
+	local i
+	for ((i = 0; i < workers; i++)); do
+		echo "- role: worker"
+	done
+	cat <<-CFG
 		kubeadmConfigPatches:
 		- |
 		  kind: ClusterConfiguration
@@ -183,11 +198,15 @@ up() {
 		image=$("$kind_root/hack/kind/node-image.sh") || return 1
 		offline=true
 	fi
-	admission_identity || die "could not make the API server's admission client certificate"
-	config "$offline" >"$KIND_STATE/kind-config.yaml"
+	if [ -n "$share_admission" ]; then
+		[ -f "$admission/ca.crt" ] || die "KIND_SHARE_ADMISSION: no admission identity in $admission to share (bring the first cluster up first)"
+	else
+		admission_identity || die "could not make the API server's admission client certificate"
+	fi
+	config "$offline" >"$KIND_STATE/$KIND_CLUSTER-config.yaml"
 	"$kind_bin" delete cluster --name "$KIND_CLUSTER" >/dev/null 2>&1
-	log "creating cluster $KIND_CLUSTER from $image (1 control plane, 2 workers)"
-	"$kind_bin" create cluster --name "$KIND_CLUSTER" --image "$image" --config "$KIND_STATE/kind-config.yaml" \
+	log "creating cluster $KIND_CLUSTER from $image (1 control plane, $workers workers${pod_subnet:+, pods $pod_subnet})"
+	"$kind_bin" create cluster --name "$KIND_CLUSTER" --image "$image" --config "$KIND_STATE/$KIND_CLUSTER-config.yaml" \
 		--kubeconfig "$KIND_KUBECONFIG" --retain || {
 		"$kind_bin" export logs "$KIND_STATE/logs" --name "$KIND_CLUSTER" >/dev/null 2>&1
 		die "kind create cluster failed (node logs: $KIND_STATE/logs)"
@@ -268,7 +287,8 @@ heal() {
 down() {
 	[ -x "$kind_bin" ] || return 0
 	"$kind_bin" delete cluster --name "$KIND_CLUSTER" --kubeconfig "$KIND_KUBECONFIG" || return 1
-	rm -rf "$admission" "$KIND_KUBECONFIG"
+	[ -n "$share_admission" ] || rm -rf "$admission"
+	rm -f "$KIND_KUBECONFIG" "$KIND_STATE/$KIND_CLUSTER-config.yaml"
 }
 
 mkdir -p "$KIND_STATE"

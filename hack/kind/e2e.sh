@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # make test-e2e-kind: leaseguard on a kind cluster (one control plane, two
 # workers), installed with its Helm chart as docs/helm.md installs it, then
-# the e2e suite, the fault tests (test/cluster/faults) and helm upgrade and
-# uninstall (test/cluster/chartinstall) against it, and always the teardown
-# (cluster, and the Docker engine when this run started it), also after a
+# the e2e suite, Config Connector's namespace mode on the real lock
+# (test/cluster/namespacemode), the fault tests (test/cluster/faults), a
+# second one-node cluster whose installation shares the first one's global
+# lock (test/cluster/twoclusters), and helm upgrade and uninstall
+# (test/cluster/chartinstall) against it, and always the teardown (both
+# clusters, and the Docker engine when this run started it), also after a
 # failure or Ctrl-C. Prints the time of every stage.
 #
 # Node image: $KIND_NODE_IMAGE when set (a stock kindest/node where a
@@ -45,6 +48,15 @@ stage() { # NAME COMMAND...: run one stage, print and record its time
 
 standin=$KIND_CACHE/tools/cert-manager-standin
 
+# The two-cluster stage's second cluster: one node, its own pod CIDR (the
+# host routes to both clusters' pods), the first cluster's admission CA.
+second=$KIND_CLUSTER-b
+second_kubeconfig=$KIND_STATE/$second.kubeconfig
+second_cluster() { # ARGS...: hack/kind/cluster.sh on the second cluster
+	env KIND_CLUSTER="$second" KIND_WORKERS=0 KIND_POD_SUBNET=10.245.0.0/16 KIND_SHARE_ADMISSION=1 \
+		"$kind_root/hack/kind/cluster.sh" "$@"
+}
+
 # stop_cainjector: the stand-in's CA injector, by the PID it was started with.
 stop_cainjector() {
 	local pid_file=$KIND_STATE/cainjector.pid pid
@@ -64,6 +76,7 @@ stop_cainjector() {
 teardown_all() {
 	local status=0
 	stop_cainjector || status=1
+	second_cluster down || status=1
 	"$kind_root/hack/kind/cluster.sh" down || status=1
 	"$kind_root/hack/kind/docker.sh" down || status=1
 	return "$status"
@@ -130,12 +143,13 @@ cluster_env=(KUBECONFIG="$unreachable" CLUSTER_KCC_IMAGE="$kcc_image" CLUSTER_CO
 	CLUSTER_RESTART_APISERVER="$kind_root/hack/kind/cluster.sh restart-apiserver" CLUSTER_NODE_FAULT="$kind_root/hack/kind/cluster.sh"
 	KUBECTL="$KUBECTL")
 
-helm_install() {
+helm_install() { # [KUBECONFIG]: the first cluster's unless given
+	local kubeconfig=${1:-$KIND_KUBECONFIG}
 	mkdir -p "$chart_dir"
 	go run ./cmd/leaseguard manifests --config config/e2e-policy/policy.yaml \
 		--leaseguard-namespace leaseguard-system --coalesce policy --output-file "$chart_dir/webhooks.yaml" || return 1
 	# The namespace as docs/helm.md creates it: restricted pod security.
-	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply -f - <<-NS || return 1
+	"$KUBECTL" --kubeconfig "$kubeconfig" apply -f - <<-NS || return 1
 		apiVersion: v1
 		kind: Namespace
 		metadata:
@@ -143,8 +157,8 @@ helm_install() {
 		  labels:
 		    pod-security.kubernetes.io/enforce: restricted
 	NS
-	bin/helm --kubeconfig "$KIND_KUBECONFIG" install leaseguard "${chart_args[@]}" --wait --timeout 3m || return 1
-	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
+	bin/helm --kubeconfig "$kubeconfig" install leaseguard "${chart_args[@]}" --wait --timeout 3m || return 1
+	"$KUBECTL" --kubeconfig "$kubeconfig" -n leaseguard-system rollout status deployment/leaseguard --timeout=3m
 }
 
 # cert_manager_crds: the Issuer and Certificate CRDs of the cert-manager
@@ -175,12 +189,12 @@ cert_manager_crds() {
 # neither the chart nor config/default installs it (docs/helm.md). The
 # opt-in component carries the annotations that keep it on uninstall;
 # config/e2e, deployed later, includes the same component.
-multiclusterlease_crd() {
-	local crd=multiclusterleases.multicluster.core.cnrm.cloud.google.com
-	"$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" apply --server-side -k config/components/multiclusterlease-crd || return 1
+multiclusterlease_crd() { # [KUBECONFIG]: the first cluster's unless given
+	local crd=multiclusterleases.multicluster.core.cnrm.cloud.google.com kubeconfig=${1:-$KIND_KUBECONFIG}
+	"$KUBECTL" --kubeconfig "$kubeconfig" apply --server-side -k config/components/multiclusterlease-crd || return 1
 	# Polled, as cert_manager_crds does, rather than `kubectl wait`.
 	for _ in $(seq 1 60); do
-		[ "$("$KUBECTL" --kubeconfig "$KIND_KUBECONFIG" get crd "$crd" \
+		[ "$("$KUBECTL" --kubeconfig "$kubeconfig" get crd "$crd" \
 			-o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] && return 0
 		sleep 1
 	done
@@ -259,6 +273,17 @@ build_kcc_image() {
 	"$kind_bin" load docker-image "$kcc_image" --name "$KIND_CLUSTER"
 }
 
+# second_cluster_up: the second cluster, with leaseguard installed by the
+# same chart and policy, the MultiClusterLease CRD and the workload's image:
+# a second Config Connector installation that contends for the same global
+# lock through the first cluster's GCS emulator.
+second_cluster_up() {
+	second_cluster up || return 1
+	"$kind_bin" load docker-image leaseguard:e2e "$kcc_image" --name "$second" || return 1
+	multiclusterlease_crd "$second_kubeconfig" || return 1
+	helm_install "$second_kubeconfig"
+}
+
 run_stages() {
 	# The harness's own tests first (the fault report's classification, the
 	# target's environment); the cluster tests themselves skip there and run below.
@@ -285,6 +310,13 @@ run_stages() {
 	stage faults env -C test/cluster "${cluster_env[@]}" FAULTS_REPORT="$report" HELM="$kind_root/bin/helm" \
 		LEASEGUARD_CHART_ARGS="${chart_args[*]}" CLUSTER_NEXT_IMAGE_TAG=e2e-next \
 		go test -count=1 -race -timeout 20m -v ./faults/ || return 1
+	# Two Config Connector installations, one per cluster, sharing the
+	# global lock: exactly one active, and failover when the active one's
+	# managers all stop, guarded and unguarded side by side.
+	stage second-cluster-up second_cluster_up || return 1
+	stage two-clusters env -C test/cluster "${cluster_env[@]}" CLUSTER_B_KUBECONFIG="$second_kubeconfig" \
+		TWOCLUSTERS_REPORT="$kind_root/bin/kind/twoclusters-report.md" go test -count=1 -race -timeout 15m -v ./twoclusters/ || return 1
+	stage second-cluster-down second_cluster down || return 1
 	stage helm-upgrade-uninstall env -C test/cluster "${cluster_env[@]}" HELM="$kind_root/bin/helm" \
 		LEASEGUARD_CHART_ARGS="${chart_args[*]}" go test -count=1 -race -timeout 10m -v ./chartinstall/ || return 1
 	# Then the kustomize install with cert-manager (config/e2e), and the

@@ -115,6 +115,32 @@ type Workload struct {
 	// to Nodes[i % len(Nodes)] in both clusters; none: the scheduler's
 	// choice.
 	Nodes []string
+	// Identity is the managers' candidate identity; "" is Identity. A
+	// second kind cluster's installation has one of its own.
+	Identity string
+	// GCSEndpoint is the GCS emulator the controller uses, when it is
+	// another cluster's (SharedEmulator); "" deploys one here.
+	GCSEndpoint string
+}
+
+// SharedEmulator is the NodePort Service through which a second cluster's
+// controller reaches this cluster's GCS emulator: one global lock for both.
+const SharedEmulator = Emulator + "-shared"
+
+// identity is the managers' candidate identity.
+func (w *Workload) identity() string {
+	if w.Identity == "" {
+		return Identity
+	}
+	return w.Identity
+}
+
+// gcsEndpoint is the controller's GCS endpoint.
+func (w *Workload) gcsEndpoint() string {
+	if w.GCSEndpoint == "" {
+		return "http://" + Emulator + "." + ControllerNamespace + ".svc:4443"
+	}
+	return w.GCSEndpoint
 }
 
 // NodeOf is the node a namespace's managers are pinned to ("" when not).
@@ -194,7 +220,7 @@ func (w *Workload) Deploy(ctx context.Context) error {
 		steps = append(steps, w.rbac(ctx, c)...)
 	}
 	gcsLabels := map[string]string{"app": Emulator}
-	steps = append(steps,
+	emulator := []func() error{
 		func() error {
 			return create("the GCS emulator's Service", func() error {
 				_, err := a.CoreV1().Services(ControllerNamespace).Create(ctx, &corev1.Service{
@@ -212,10 +238,15 @@ func (w *Workload) Deploy(ctx context.Context) error {
 				return err
 			})
 		},
+	}
+	if w.GCSEndpoint == "" {
+		steps = append(steps, emulator...)
+	}
+	steps = append(steps,
 		func() error {
 			return create("the MultiClusterLease controller", func() error {
 				_, err := a.AppsV1().Deployments(ControllerNamespace).Create(ctx, deployment(Controller, map[string]string{"app": Controller},
-					w.container("controller", "--gcs-endpoint=http://"+Emulator+"."+ControllerNamespace+".svc:4443", "--bucket="+bucket,
+					w.container("controller", "--gcs-endpoint="+w.gcsEndpoint(), "--bucket="+bucket,
 						"--namespaces="+Clusters[0].System+","+Clusters[1].System)), metav1.CreateOptions{})
 				return err
 			})
@@ -307,7 +338,7 @@ func (w *Workload) rbac(ctx context.Context, c Cluster) []func() error {
 // writes it: one replica, the manager's own ServiceAccount.
 func (w *Workload) statefulSet(ns string) *appsv1.StatefulSet {
 	labels := map[string]string{"app": "kcc-manager", scopedNamespace: ns}
-	kcc := w.container("manager", "--identity="+Identity, "--namespace="+ns, "--lease-name="+LeaseName,
+	kcc := w.container("manager", "--identity="+w.identity(), "--namespace="+ns, "--lease-name="+LeaseName,
 		"--listen=:"+strconv.Itoa(statusPort))
 	kcc.Ports = []corev1.ContainerPort{{Name: "status", ContainerPort: statusPort}}
 	spec := corev1.PodSpec{
@@ -357,6 +388,62 @@ func (w *Workload) Undeploy(ctx context.Context) error {
 	for _, name := range []string{Controller, Emulator} {
 		if err := w.Admin.AppsV1().Deployments(ControllerNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting Deployment %s/%s: %w", ControllerNamespace, name, err))
+		}
+	}
+	if err := w.Admin.CoreV1().Services(ControllerNamespace).Delete(ctx, SharedEmulator, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("deleting Service %s/%s: %w", ControllerNamespace, SharedEmulator, err))
+	}
+	return errors.Join(errs...)
+}
+
+// ShareEmulator opens this cluster's GCS emulator to another cluster's
+// controller (SharedEmulator, a NodePort Service) and returns its endpoint
+// on the control-plane node's address, which every kind cluster's nodes
+// reach on the engine's network. Undeploy removes the Service.
+func (w *Workload) ShareEmulator(ctx context.Context) (string, error) {
+	err := create("Service "+SharedEmulator, func() error {
+		_, err := w.Admin.CoreV1().Services(ControllerNamespace).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: SharedEmulator},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": Emulator},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 4443, TargetPort: intstr.FromInt32(4443)}}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	svc, err := w.Admin.CoreV1().Services(ControllerNamespace).Get(ctx, SharedEmulator, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].NodePort == 0 {
+		return "", fmt.Errorf("the shared GCS emulator's Service %s/%s has no node port: %+v", ControllerNamespace, SharedEmulator, svc.Spec.Ports)
+	}
+	nodes, err := w.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/control-plane"})
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes.Items {
+		for _, addr := range n.Status.Addresses {
+			if addr.Type == corev1.NodeInternalIP {
+				return "http://" + net.JoinHostPort(addr.Address, strconv.Itoa(int(svc.Spec.Ports[0].NodePort))), nil
+			}
+		}
+	}
+	return "", errors.New("no control-plane node with an InternalIP to reach the shared GCS emulator on")
+}
+
+// StopManagers scales every manager StatefulSet of every cluster to zero
+// replicas at once: the installation stops, as when its managers are all
+// gone.
+func (w *Workload) StopManagers(ctx context.Context) error {
+	var errs []error
+	for _, c := range Clusters {
+		for _, ns := range w.Reconciled {
+			if _, err := w.Admin.AppsV1().StatefulSets(c.System).Patch(ctx, ManagerName(ns), types.MergePatchType,
+				[]byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+				errs = append(errs, fmt.Errorf("stopping StatefulSet %s/%s: %w", c.System, ManagerName(ns), err))
+			}
 		}
 	}
 	return errors.Join(errs...)
