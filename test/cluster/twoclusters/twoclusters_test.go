@@ -68,10 +68,15 @@ func connect(t *testing.T, name, kubeconfig string) *installation {
 	return &installation{name: name, config: config, admin: kubernetes.NewForConfigOrDie(config)}
 }
 
+// lease is the cluster's MultiClusterLease of system, as stored.
+func (in *installation) lease(ctx context.Context, system string) (*unstructured.Unstructured, error) {
+	return dynamic.NewForConfigOrDie(in.config).Resource(mclv1alpha1.GroupVersionResource).Namespace(system).Get(ctx, kccworkload.LeaseName, metav1.GetOptions{})
+}
+
 // globalHolder is what a cluster's MultiClusterLease of system says holds
 // the global lock.
 func (in *installation) globalHolder(ctx context.Context, system string) (string, error) {
-	u, err := dynamic.NewForConfigOrDie(in.config).Resource(mclv1alpha1.GroupVersionResource).Namespace(system).Get(ctx, kccworkload.LeaseName, metav1.GetOptions{})
+	u, err := in.lease(ctx, system)
 	if err != nil {
 		return "", err
 	}
@@ -82,7 +87,7 @@ func (in *installation) globalHolder(ctx context.Context, system string) (string
 // storedRenewTime is a cluster's MultiClusterLease of system's
 // spec.renewTime: the candidate's last renewal its controller sees.
 func (in *installation) storedRenewTime(ctx context.Context, system string) (time.Time, error) {
-	u, err := dynamic.NewForConfigOrDie(in.config).Resource(mclv1alpha1.GroupVersionResource).Namespace(system).Get(ctx, kccworkload.LeaseName, metav1.GetOptions{})
+	u, err := in.lease(ctx, system)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -95,7 +100,7 @@ func (in *installation) storedRenewTime(ctx context.Context, system string) (tim
 }
 
 func (in *installation) designated(ctx context.Context, system string) (string, error) {
-	u, err := dynamic.NewForConfigOrDie(in.config).Resource(mclv1alpha1.GroupVersionResource).Namespace(system).Get(ctx, kccworkload.LeaseName, metav1.GetOptions{})
+	u, err := in.lease(ctx, system)
 	if err != nil {
 		return "", err
 	}
