@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -100,37 +101,58 @@ func TestWebhookServerBoundsWhatClientsHold(t *testing.T) {
 	// the first read. Nothing is written first: a request the server never
 	// read would make its close a reset, which can overtake the alert (a
 	// run saw EOF).
-	conn, err := tls.Dial("tcp", addr, client())
-	if err == nil {
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = conn.Read(make([]byte, 1))
-		conn.Close()
+	//
+	// On a loaded machine a connection may also end bare (EOF: the
+	// handshake outlived the server's bound on it), which says nothing
+	// either way; so may a server that asks no certificate and closes the
+	// silent connection. Up to three tries: only the refusal passes.
+	for try := 0; try < 3; try++ {
+		var conn *tls.Conn
+		conn, err = tls.Dial("tcp", addr, client())
+		if err == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = conn.Read(make([]byte, 1))
+			conn.Close()
+		}
+		if !errors.Is(err, io.EOF) {
+			break
+		}
 	}
 	if err == nil || !strings.Contains(err.Error(), "certificate required") {
 		t.Errorf("without a client certificate: %v, want the handshake refused", err)
 	}
 	waitCount(t, "the refused handshake counted", func() float64 { return counter(t, reg, "leaseguard_webhook_tls_handshake_errors_total") }, 1)
 
-	// The API server (here: the right certificate) gets HTTP/1.1, never h2.
-	conn, err = tls.Dial("tcp", addr, client(cert))
-	if err != nil {
-		t.Fatal(err)
+	// The API server (here: the right certificate) gets HTTP/1.1, never h2,
+	// and headers past the bound are refused. The server closes after its
+	// 431 with the rest of the headers unread: the reset that sends can
+	// overtake the answer on a loaded machine (an empty line), which a
+	// server that cut the connection some other way gives too. Up to three
+	// tries: only a 431 passes, and any other answer fails at once.
+	var line string
+	for try := 0; try < 3; try++ {
+		conn, err := tls.Dial("tcp", addr, client(cert))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := conn.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+			t.Errorf("negotiated %q, want http/1.1", p)
+		}
+		_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("a", webhookMaxHeaderBytes+8<<10)+"\r\n\r\n")
+		line, _ = bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if line != "" {
+			break
+		}
 	}
-	if p := conn.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
-		t.Errorf("negotiated %q, want http/1.1", p)
-	}
-	// Headers past the bound are refused.
-	_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("a", webhookMaxHeaderBytes+8<<10)+"\r\n\r\n")
-	line, _ := bufio.NewReader(conn).ReadString('\n')
 	if !strings.Contains(line, "431") {
 		t.Errorf("oversized headers: %q, want 431", line)
 	}
-	conn.Close()
 
 	// A connection that sends nothing, and one gone idle after a request,
 	// are closed by the server.
 	for _, request := range []string{"", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"} {
-		conn, err = tls.Dial("tcp", addr, client(cert))
+		conn, err := tls.Dial("tcp", addr, client(cert))
 		if err != nil {
 			t.Fatal(err)
 		}
