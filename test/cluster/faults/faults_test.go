@@ -311,7 +311,7 @@ func TestFaults(t *testing.T) {
 				allDown, down.guarded-down.failedGuarded-down.staleRefused, down.outcomes[evNonDesignated+"/"+outAdmitted], down.outcomes[evIdentityChange+"/"+outWebhookUnreachable])
 		})
 		// Fail-closed calls are refusals here, by design: identity changes
-		// and renewals by anyone but a rightful renewer (policy.FailClosed).
+		// and renewals by anyone but a rightful renewer (goFailClosed).
 		// Every manager of a cluster renews the shared MultiClusterLease
 		// with the same holder, and counts as leader only when its renewal
 		// succeeds, so those renewals all flow while no replica serves.

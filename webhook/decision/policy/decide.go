@@ -17,7 +17,7 @@ import (
 // request always give the same decision. Admitted writes (the renewal path
 // included) do not allocate.
 func Decide(p *Policy, req *Request) Decision {
-	obj := req.object()
+	obj := req.Target()
 	if obj == nil {
 		return Decision{}
 	}
@@ -53,7 +53,7 @@ func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
 	// Operators may do any write, including changing the designation.
 	if r.operators.MatchAny(caller.Username, caller.Groups) {
 		d := c.allowed()
-		d.DesignationChanged = req.Operation != Delete && req.Subresource == "" && !sameDesignation(req.Old, req.New)
+		d.DesignationChanged = req.Operation != Delete && req.Subresource == "" && !SameDesignation(req.Old, req.New)
 		return d
 	}
 	if req.Subresource == StatusSubresource && req.Resource == MultiClusterLeases {
@@ -84,7 +84,7 @@ func (c *check) managedClock() (Decision, bool) {
 	limit := req.Now.Add(c.skew)
 	for i := range req.New.ManagedTimes {
 		m := &req.New.ManagedTimes[i]
-		if m.Time.IsZero() || !m.Time.After(limit) || (req.Old != nil && storedStamp(req.Old, m)) {
+		if m.Time.IsZero() || !m.Time.After(limit) || (req.Old != nil && StoredStamp(req.Old, m)) {
 			continue
 		}
 		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "dates a managedFields entry ahead of the server clock on",
@@ -93,9 +93,9 @@ func (c *check) managedClock() (Decision, bool) {
 	return Decision{}, true
 }
 
-// storedStamp reports whether old holds the entry with the very same time:
+// StoredStamp reports whether old holds the entry with the very same time:
 // the write keeps it as stored.
-func storedStamp(old *Object, m *ManagedTime) bool {
+func StoredStamp(old *Object, m *ManagedTime) bool {
 	for i := range old.ManagedTimes {
 		if old.ManagedTimes[i].Key == m.Key {
 			return old.ManagedTimes[i].Raw == m.Raw
@@ -116,7 +116,7 @@ func (c *check) serverRenewWrite(o *Object) time.Time {
 
 // status decides a write to the MultiClusterLease status subresource (I8).
 func (c *check) status() Decision {
-	if c.rule.statusWriters.MatchAny(c.req.Caller.Username, c.req.Caller.Groups) {
+	if c.rule.IsStatusWriter(&c.req.Caller) {
 		return c.allowed()
 	}
 	return c.deny(InvariantStatus, http.StatusForbidden,
@@ -128,7 +128,7 @@ func (c *check) mainResource() Decision {
 	req := c.req
 	update := req.Operation == Update && req.Old != nil && req.New != nil
 	specUnchanged := update && sameSpec(req.Old, req.New)
-	metadataOnly := specUnchanged && sameDesignation(req.Old, req.New)
+	metadataOnly := specUnchanged && SameDesignation(req.Old, req.New)
 
 	if d, ok := c.managerOfObject(metadataOnly); !ok {
 		return d
@@ -136,7 +136,7 @@ func (c *check) mainResource() Decision {
 
 	// I3: the designation annotation.
 	designationChanged := false
-	if req.Operation != Delete && !sameDesignation(req.Old, req.New) {
+	if req.Operation != Delete && !SameDesignation(req.Old, req.New) {
 		if d, ok := c.designationChange(); !ok {
 			return d
 		}
@@ -194,7 +194,7 @@ func (c *check) managerOfObject(metadataOnly bool) (Decision, bool) {
 		// The MultiClusterLease controller adds and removes its finalizer with
 		// full UPDATEs that touch no lease field and not the designation;
 		// that is all it may do to the object itself (statusWriterWrite).
-		if metadataOnly && req.Resource == MultiClusterLeases && r.statusWriters.MatchAny(caller.Username, caller.Groups) {
+		if metadataOnly && req.Resource == MultiClusterLeases && r.IsStatusWriter(caller) {
 			return c.statusWriterWrite(), false
 		}
 		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint()), false
@@ -668,7 +668,7 @@ func (c *check) leaseTimes() (Decision, bool) {
 			"stored renewTime: "+oldSpec.RenewTime.UTC().Format(time.RFC3339Nano)), false
 	}
 	if oldSpec.Holder != "" && newSpec.Holder == oldSpec.Holder {
-		if newSpec.RenewTime.IsZero() && (!oldSpec.RenewTime.IsZero() || req.Old.unreadable("spec.renewTime") != nil) {
+		if newSpec.RenewTime.IsZero() && (!oldSpec.RenewTime.IsZero() || req.Old.UnreadableEntry("spec.renewTime") != nil) {
 			return c.deny(InvariantLeaseTimes, http.StatusForbidden, "clears renewTime of held", "a held lease keeps its renewTime"), false
 		}
 		if newSpec.AcquireTime.IsZero() && !oldSpec.AcquireTime.IsZero() {
@@ -749,7 +749,9 @@ func isRenewal(old, new *Spec) bool {
 		!old.RenewTime.IsZero() && new.RenewTime.After(old.RenewTime)
 }
 
-func sameDesignation(old, new *Object) bool {
+// SameDesignation reports whether a write keeps the designation annotation
+// as stored (absent and empty alike).
+func SameDesignation(old, new *Object) bool {
 	oldValue, newValue := "", ""
 	if old != nil && old.HasDesignation {
 		oldValue = old.Designated
@@ -767,7 +769,7 @@ func sameSpec(old, new *Object) bool {
 		return false
 	}
 	for i := range old.Unreadable {
-		if u := new.unreadable(old.Unreadable[i].Field); u == nil || u.Raw != old.Unreadable[i].Raw {
+		if u := new.UnreadableEntry(old.Unreadable[i].Field); u == nil || u.Raw != old.Unreadable[i].Raw {
 			return false
 		}
 	}
@@ -779,7 +781,7 @@ func sameSpec(old, new *Object) bool {
 // cannot read is replaced by the time the API server stored it.
 func (c *check) expiry(o *Object) time.Time {
 	ref := o.Spec.RenewTime
-	if ref.IsZero() && o.unreadable("spec.renewTime") != nil {
+	if ref.IsZero() && o.UnreadableEntry("spec.renewTime") != nil {
 		ref = c.serverRenewWrite(o)
 	}
 	if ref.IsZero() {
@@ -839,7 +841,7 @@ func (c *check) unreadableNotice() string {
 		return ""
 	}
 	u := &old.Unreadable[0]
-	return oneline.Truncate("leaseguard: stored "+c.req.Resource.kind()+" "+c.obj.Namespace+"/"+c.obj.Name+" has an unreadable "+u.Field+
+	return oneline.Truncate("leaseguard: stored "+c.req.Resource.Kind()+" "+c.obj.Namespace+"/"+c.obj.Name+" has an unreadable "+u.Field+
 		" ("+oneline.Clip(strings.TrimLeft(u.Problem, ": "))+"); judged without it, by the time the API server stored the last renewal", MaxMessageLength)
 }
 
@@ -876,7 +878,7 @@ func orNone(s string) string {
 // plainRenewal reports whether new differs from old in renewTime alone, with
 // a holder, as both say: nothing but the clock moves.
 func plainRenewal(old, new *Object) bool {
-	return renewsOnly(old, new) && sameDesignation(old, new)
+	return renewsOnly(old, new) && SameDesignation(old, new)
 }
 
 // renewsOnly is plainRenewal but for the designation, which may change.
@@ -898,7 +900,7 @@ const MaxMessageLength = 255
 // Messages are built only on this path, so admitted writes never allocate.
 func (c *check) deny(inv Invariant, code int32, problem, hint string) Decision {
 	msg := "leaseguard: rule " + c.rule.Name + ": " + oneline.Clip(c.req.Caller.Username) + " " + problem + " " +
-		c.req.Resource.kind() + " " + c.obj.Namespace + "/" + c.obj.Name
+		c.req.Resource.Kind() + " " + c.obj.Namespace + "/" + c.obj.Name
 	if hint != "" {
 		msg += " (" + hint + ")"
 	}

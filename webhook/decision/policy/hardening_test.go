@@ -377,128 +377,6 @@ func TestCoalesce(t *testing.T) {
 	}
 }
 
-// The fail-closed webhook decides identity changes and every write by
-// someone other than the rightful renewer; the fail-open one only the
-// rightful renewer's renewals and metadata writes.
-func TestFailClosed(t *testing.T) {
-	p := mustCompile(t, hardPolicy)
-	write := func(ns string, caller Caller, opts ...objOpt) *Request {
-		old := in(Leases, ns)
-		nw := in(Leases, ns, append([]objOpt{renewAt(2 * sec), stampedAt(2 * sec)}, opts...)...)
-		return &Request{Resource: Leases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
-	}
-	mclWrite := func(ns string, caller Caller, opts ...objOpt) *Request {
-		old := in(MultiClusterLeases, ns)
-		nw := in(MultiClusterLeases, ns, append([]objOpt{renewAt(2 * sec), stampedAt(2 * sec)}, opts...)...)
-		return &Request{Resource: MultiClusterLeases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(2 * sec)}
-	}
-	deleted := write("hard", podA)
-	deleted.Operation, deleted.New = Delete, nil
-	cases := []struct {
-		name string
-		req  *Request
-		want bool
-	}{
-		{"the designated manager renews from the holder's pod", write("hard", podA), false},
-		{"a sibling pod of the same manager renews", write("hard", podA2), true},
-		{"another manager renews", write("hard", podB), true},
-		{"an operator renews", write("hard", op), true},
-		{"a stranger renews", write("hard", stranger), true},
-		{"the designated manager changes the holder", write("hard", podA, holder("pod_2")), true},
-		{"the designated manager deletes", deleted, true},
-		{"a rule without holder binding: the designated manager renews", write("coalesce", mgrA), false},
-		{"a rule without holder binding: another manager renews", write("coalesce", mgrB), true},
-		{"no rule selects the lease: only identity changes", write("elsewhere", stranger), false},
-		// Under designation by annotation nobody renews until an operator
-		// records the designated manager (I2): stored unjudged while
-		// leaseguard is down, such a renewal would be a write the rule
-		// forbids.
-		{"designation by annotation: the designated manager renews", write("hard-annot", mgrA), false},
-		{"designation by annotation: another manager renews", write("hard-annot", mgrB), true},
-		{"designation by annotation, none recorded: a manager renews", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
-			Old: mk(Leases, "hard-annot", "l", holder("pod_1")), New: mk(Leases, "hard-annot", "l", holder("pod_1"), renewAt(2*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, true},
-		{"designation by annotation, recorded empty: a manager renews", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
-			Old: mk(Leases, "hard-annot", "l", holder("pod_1"), desig("")), New: mk(Leases, "hard-annot", "l", holder("pod_1"), desig(""), renewAt(2*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, true},
-		{"multiclusterlease: a renewal that also changes acquireTime", mclWrite("coalesce", mgrB, func(o *Object) { o.Spec.AcquireTime = t0.Add(time.Hour) }), true},
-		// A MultiClusterLease is renewed by every manager of the cluster
-		// (its shared candidate): their renewals must flow while
-		// leaseguard is down, or the managers that are not designated
-		// lose leadership and exit.
-		{"multiclusterlease: another manager renews from the holder's pod", mclWrite("hard", Caller{Username: "user:mgr-b", PodName: "pod"}), false},
-		{"multiclusterlease: another manager renews without binding", mclWrite("coalesce", mgrB), false},
-		{"multiclusterlease: another manager's pod is not the holder's", mclWrite("hard", podB), true},
-		{"multiclusterlease: a stranger renews", mclWrite("coalesce", stranger), true},
-		{"multiclusterlease: another manager changes the holder", mclWrite("coalesce", mgrB, holder("pod_2")), true},
-		// Only a renewal harmless unchecked rides the fail-open route
-		// (fourth and fifth attack rounds): stored while leaseguard is
-		// down, anything else could lock, backdate or brick the lease.
-		{"multiclusterlease: a renewal that moves renewTime backwards, far behind the clock", mclWrite("coalesce", mgrB, renewAt(-time.Hour)), true},
-		{"multiclusterlease: renewals that crossed on their way (a millisecond behind the stored one)", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
-			Old: in(MultiClusterLeases, "coalesce", renewAt(2*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(2*sec-time.Millisecond), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, false},
-		{"multiclusterlease: a renewal more than the skew behind the clock", mclWrite("coalesce", mgrB, renewAt(-sec-time.Millisecond)), true},
-		// Composed 7 s before the API server stamped it (client-side
-		// throttling, a loaded server: the kind fault test's outage) but
-		// still after the stored renewal: late, and harmless.
-		{"multiclusterlease: a late renewal that still moves renewTime forwards", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
-			Old: in(MultiClusterLeases, "coalesce", renewAt(-10*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(-5*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, false},
-		{"multiclusterlease: a late renewal that moves renewTime backwards", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
-			Old: in(MultiClusterLeases, "coalesce", renewAt(-4*sec)), New: in(MultiClusterLeases, "coalesce", renewAt(-5*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}, true},
-		{"the holder's renewal that moves renewTime backwards", write("hard", podA, renewAt(-time.Hour)), true},
-		{"the holder's renewal that clears renewTime", write("hard", podA, noRenew()), true},
-		{"multiclusterlease: a renewal ahead of the clock", mclWrite("coalesce", mgrB, renewAt(5*sec)), true},
-		{"multiclusterlease: a renewTime typed clients cannot read", mclWrite("coalesce", mgrB, func(o *Object) {
-			o.Untyped = []Unreadable{{Field: "spec.renewTime", Raw: `"x"`}}
-		}), true},
-		{"multiclusterlease: a renewal that re-dates another managedFields entry", mclWrite("coalesce", mgrB, func(o *Object) {
-			o.ManagedTimes = append(o.ManagedTimes, ManagedTime{Key: "controller\nUpdate\nstatus\nv1", Raw: "2100-01-01T00:00:00Z"})
-		}), true},
-		{"multiclusterlease: a renewal that also writes a label", mclWrite("coalesce", mgrB, func(o *Object) { o.Labels = `{"seen-by":"b"}` }), true},
-		{"multiclusterlease: a renewal with no entry owning renewTime", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
-			Old: in(MultiClusterLeases, "coalesce"), New: in(MultiClusterLeases, "coalesce", renewAt(2*sec)), Now: t0.Add(2 * sec)}, true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := FailClosed(p, c.req); got != c.want {
-				t.Fatalf("FailClosed = %v, want %v", got, c.want)
-			}
-		})
-	}
-}
-
-// Bound by name and namespace (Config Connector's dedicated manager
-// namespaces): CEL says exactly who the bound manager is
-// (RenewerExpressible), so only its renewals ride the fail-open route.
-func TestFailClosedBoundByNamespace(t *testing.T) {
-	p := mustCompile(t, `apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-clockSkew: 2s
-rules:
-- name: mns
-  resources: [leases]
-  namespaces: [mns-a, mns-b]
-  bind:
-    manager: "user:{mns}:m-{id}"
-    namespace: "{mns}"
-    lease: "l-{id}"
-`)
-	renewal := func(user string) *Request {
-		return &Request{Resource: Leases, Operation: Update, Caller: Caller{Username: user},
-			Old: mk(Leases, "mns-a", "l-x", holder("h")), New: mk(Leases, "mns-a", "l-x", holder("h"), renewAt(2*sec), stampedAt(2*sec)), Now: t0.Add(2 * sec)}
-	}
-	for _, c := range []struct {
-		user string
-		want bool
-	}{
-		{"user:mns-a:m-x", false},
-		{"user:mns-b:m-x", true},
-		{"user:mns-a:m-y", true},
-	} {
-		if got := FailClosed(p, renewal(c.user)); got != c.want {
-			t.Errorf("%s renews mns-a/l-x: FailClosed = %v, want %v", c.user, got, c.want)
-		}
-	}
-}
-
 func TestCoalescingBoundsTheRateLimit(t *testing.T) {
 	_, errs := compileYAML(t, `apiVersion: leaseguard.io/v1alpha1
 kind: LeasePolicy
@@ -603,9 +481,6 @@ func TestAcknowledge(t *testing.T) {
 				// moves renewTime back is refused there, I7.)
 				if d := Decide(p, c.req); d.Verdict != Allow {
 					t.Errorf("Decide of the unacknowledged renewal = %+v, want allow", d)
-				}
-				if FailClosed(p, c.req) {
-					t.Errorf("FailClosed = true: the renewal would fail while leaseguard is down")
 				}
 			}
 		})

@@ -18,7 +18,7 @@ func Designate(p *Policy, req *Request) (string, bool) {
 	if rule.operators.MatchAny(caller.Username, caller.Groups) || !rule.IsManager(caller.Username) {
 		return "", false
 	}
-	if !sameDesignation(req.Old, req.New) {
+	if !SameDesignation(req.Old, req.New) {
 		return "", false
 	}
 	old := req.Old
@@ -91,7 +91,7 @@ func Coalesce(p *Policy, req *Request) bool {
 	if !c.expiry(old).After(req.Now.Add(rule.coalesceInterval)) {
 		return false
 	}
-	return rule.rightfulRenewer(&req.Caller, old)
+	return rule.RightfulRenewer(&req.Caller, old)
 }
 
 // Acknowledge says whether a MultiClusterLease renewal by a manager that is
@@ -119,7 +119,7 @@ func Acknowledge(p *Policy, req *Request) bool {
 		return false
 	}
 	writer := rule.DesignatedWriter(old)
-	if writer == "" || writer == caller.Username || !rule.sharesRenewal(caller, old) {
+	if writer == "" || writer == caller.Username || !rule.SharesRenewal(caller, old) {
 		return false
 	}
 	c := check{rule: rule, skew: p.ClockSkew, req: req, obj: old}

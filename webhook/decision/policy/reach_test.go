@@ -65,30 +65,3 @@ func TestControllerFinalizerWriteDoesNotAllocate(t *testing.T) {
 		t.Errorf("Decide allocates %v times per run, want 0", allocs)
 	}
 }
-
-// Every write this change refuses reaches the fail-closed webhook: a
-// DELETE and a status writer's finalizer write are identity changes, and
-// a status writer is never a rule's rightful renewer, so its label write
-// goes there too.
-func TestStatusWriterAndDeleteRouteToTheFailClosedWebhook(t *testing.T) {
-	p := mustCompile(t, hardPolicy)
-	base := func(res Resource, caller Caller, opts ...objOpt) *Request {
-		return &Request{Resource: res, Operation: Update, Caller: caller, Now: t0.Add(sec),
-			Old: in(res, "hard"), New: in(res, "hard", opts...)}
-	}
-	del := base(Leases, podA2)
-	del.Operation, del.New = Delete, nil
-	for name, req := range map[string]*Request{
-		"a sibling pod's delete":                    del,
-		"the status writer adds its finalizer":      base(MultiClusterLeases, ctrl, ctrlFinalizer()),
-		"the status writer replaces the finalizers": base(MultiClusterLeases, ctrl, finalizers(`["example.com/never-released"]`)),
-		"the status writer labels the object":       base(MultiClusterLeases, ctrl, func(o *Object) { o.Labels = `{"a":"b"}` }),
-	} {
-		if req.Operation == Update && !IdentityChange(req) && req.New.Finalizers != req.Old.Finalizers {
-			t.Errorf("%s: IdentityChange = false for a finalizer change", name)
-		}
-		if !FailClosed(p, req) {
-			t.Errorf("%s: FailClosed = false, want the fail-closed webhook", name)
-		}
-	}
-}

@@ -252,11 +252,11 @@ func (r *Rule) DesignatedWriter(o *Object) string {
 	return ""
 }
 
-// sharesRenewal reports whether the caller may renew the stored
+// SharesRenewal reports whether the caller may renew the stored
 // MultiClusterLease with its holder, whoever is designated: a manager of
 // the rule (of its bound lease, under a bind template) that holder binding
 // lets hold it.
-func (r *Rule) sharesRenewal(caller *Caller, old *Object) bool {
+func (r *Rule) SharesRenewal(caller *Caller, old *Object) bool {
 	if !r.IsManager(caller.Username) {
 		return false
 	}
@@ -275,12 +275,18 @@ func (r *Rule) sharesRenewal(caller *Caller, old *Object) bool {
 	return true
 }
 
-// rightfulRenewer reports whether the caller is a manager the rule would let
+// IsStatusWriter reports whether the caller is one of the rule's status
+// writers (I8).
+func (r *Rule) IsStatusWriter(caller *Caller) bool {
+	return r.statusWriters.MatchAny(caller.Username, caller.Groups)
+}
+
+// RightfulRenewer reports whether the caller is a manager the rule would let
 // renew this lease as it stands: the designated manager when one is
 // recorded (under designation by annotation, only then: until an operator
 // records one, Decide refuses every spec write, I2), the holder's pod or
 // user under a holder binding.
-func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
+func (r *Rule) RightfulRenewer(caller *Caller, old *Object) bool {
 	if old.HasDesignation && old.Designated != "" && old.Designated != caller.Username {
 		return false
 	}
@@ -290,7 +296,7 @@ func (r *Rule) rightfulRenewer(caller *Caller, old *Object) bool {
 	if r.designation == DesignationFixed && caller.Username != r.fixedManager {
 		return false
 	}
-	return r.sharesRenewal(caller, old)
+	return r.SharesRenewal(caller, old)
 }
 
 // RenewerExpressible reports whether the rule's rightful renewer can be

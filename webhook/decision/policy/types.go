@@ -15,8 +15,8 @@ const (
 	MultiClusterLeases Resource = "multiclusterleases"
 )
 
-// kind is the lower-case singular used in messages.
-func (r Resource) kind() string {
+// Kind is the lower-case singular used in messages.
+func (r Resource) Kind() string {
 	switch r {
 	case Leases:
 		return "lease"
@@ -150,8 +150,8 @@ type Unreadable struct {
 	Problem string
 }
 
-// unreadable returns the entry for field, or nil.
-func (o *Object) unreadable(field string) *Unreadable {
+// UnreadableEntry returns the entry for field, or nil.
+func (o *Object) UnreadableEntry(field string) *Unreadable {
 	for i := range o.Unreadable {
 		if o.Unreadable[i].Field == field {
 			return &o.Unreadable[i]
@@ -160,8 +160,8 @@ func (o *Object) unreadable(field string) *Unreadable {
 	return nil
 }
 
-// untyped returns the Untyped entry for field, or nil.
-func (o *Object) untyped(field string) *Unreadable {
+// UntypedEntry returns the Untyped entry for field, or nil.
+func (o *Object) UntypedEntry(field string) *Unreadable {
 	for i := range o.Untyped {
 		if o.Untyped[i].Field == field {
 			return &o.Untyped[i]
@@ -230,8 +230,9 @@ type Request struct {
 	FieldManager string
 }
 
-// object returns the object the request is about.
-func (r *Request) object() *Object {
+// Target returns the object the request is about: the new one, or the
+// stored one of a DELETE.
+func (r *Request) Target() *Object {
 	if r.New != nil {
 		return r.New
 	}

@@ -291,7 +291,7 @@ func HolderIsCallersPod(h string) string {
 }
 
 // LeaseFields are the spec fields of each kind other than renewTime that
-// policy.IdentityChange compares. A MultiClusterLease's include a Lease's
+// goIdentityChange compares. A MultiClusterLease's include a Lease's
 // (acquireTime, leaseTransitions, strategy, preferredHolder): leaseguard
 // reads them wherever a CRD keeps them, so a write that changes one is an
 // identity change here too, never a renewal riding the fail-open route.
@@ -312,7 +312,7 @@ func OwnershipUnchanged() string {
 	)
 }
 
-// IdentityChange renders policy.IdentityChange: anything but an UPDATE of
+// IdentityChange renders goIdentityChange: anything but an UPDATE of
 // the object itself that keeps the holder, every lease field but renewTime,
 // the designation, the finalizers and the owner references.
 func IdentityChange(resources []policy.Resource) string {
@@ -343,16 +343,16 @@ func OnlyRenewTimeMoves(res policy.Resource) string {
 	return And(append(parts, OwnershipUnchanged())...)
 }
 
-// RightfulRenewer renders policy.Rule.rightfulRenewer: the caller is a
+// RightfulRenewer renders policy.Rule.RightfulRenewer: the caller is a
 // manager the rule lets renew the stored lease. exact is false where CEL
 // cannot say it (a bind template with several captures).
 func RightfulRenewer(r *policy.RuleView) (string, bool) {
 	return renewer(r, false)
 }
 
-// SharedRenewer renders the caller policy.FailClosed leaves to the
+// SharedRenewer renders the caller goFailClosed leaves to the
 // fail-open webhook: the rightful renewer of a Lease, and any manager that
-// may renew a MultiClusterLease with its stored holder (policy.Rule.sharesRenewal),
+// may renew a MultiClusterLease with its stored holder (policy.Rule.SharesRenewal),
 // whoever is designated.
 func SharedRenewer(r *policy.RuleView) (string, bool) {
 	return renewer(r, true)

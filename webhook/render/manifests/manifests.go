@@ -153,9 +153,9 @@ const (
 	ValidatePath = "/validate-leases"
 	// RenewalsPath is the fail-open webhook's, which the API server calls
 	// for every UPDATE that changes something; its handler decides those
-	// the fail-closed webhook does not (policy.FailClosed): the rightful
+	// the fail-closed webhook does not (goFailClosed): the rightful
 	// renewers' renewals, metadata writes, and status writers' status
-	// writes (policy.StatusWriterStatusWrite).
+	// writes (goStatusWriterStatusWrite).
 	RenewalsPath = "/validate-renewals"
 	MutatePath   = "/mutate-leases"
 )
@@ -411,7 +411,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	// changes something but is not a renewal harmless unchecked (metadata,
 	// managedFields, a renewTime moved back, cleared, unreadable or ahead
 	// of the server clock) are never admitted without leaseguard
-	// (policy.FailClosed). A write admission made a no-op (a coalesced or
+	// (goFailClosed). A write admission made a no-op (a coalesced or
 	// acknowledged renewal) is stored by nobody and goes to neither.
 	//
 	// Said in the order that prices an acknowledged renewal, most of the
@@ -427,7 +427,7 @@ func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfi
 	// A status writer's status write is admitted whatever it writes (I8):
 	// it flows while leaseguard is down, or every manager's lock, polling
 	// the status its controller can no longer write, loses its leadership
-	// (policy.StatusWriterStatusWrite).
+	// (goStatusWriterStatusWrite).
 	statusWrites := g.statusWriterStatusWrites()
 	if statusWrites != "false" {
 		closed = celexpr.And(celexpr.Not(statusWrites), closed)
@@ -513,7 +513,7 @@ func ownsRenewTime(m string) string {
 	return m + ".?subresource.orValue('') == '' && " + m + ".?fieldsV1[?'f:spec'][?'f:renewTime'].hasValue()"
 }
 
-// harmlessRenewal renders policy.HarmlessRenewal: what the fail-open
+// harmlessRenewal renders goHarmlessRenewal: what the fail-open
 // webhook may carry, since while leaseguard is down it is stored
 // unchecked. Only a renewal that moves renewTime to no further ahead than
 // the clock skew of the API server's clock (further, it would hold the
@@ -565,7 +565,7 @@ func harmlessRenewal(resources []policy.Resource, skew time.Duration) string {
 }
 
 // rightfulRenewers renders "the caller is the rightful renewer of the stored
-// lease under the rule that selects it" (policy.FailClosed). A rule whose
+// lease under the rule that selects it" (goFailClosed). A rule whose
 // renewer CEL cannot say counts every caller as one, and says so.
 //
 // Past levelExact (limits.go) it holds only where it holds by the policy,
@@ -605,7 +605,7 @@ func (g *generator) rightfulRenewers() string {
 	return g.firstRuleUnder(parts, true, "")
 }
 
-// statusWriterStatusWrites renders policy.StatusWriterStatusWrite: an
+// statusWriterStatusWrites renders goStatusWriterStatusWrite: an
 // UPDATE of a MultiClusterLease's status by a status writer of the first
 // rule that selects it. Only at levelExact, where the selection is exact;
 // elsewhere false, and such writes stay on the fail-closed route. False too

@@ -193,7 +193,7 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			return old, obj
 		}, managerB, "open", "open"},
 		// A MultiClusterLease's acquireTime is a lease field leaseguard
-		// reads (policy.IdentityChange compares it) wherever a CRD keeps
+		// reads (goIdentityChange compares it) wherever a CRD keeps
 		// it: a write that changes it is no renewal, and stored unjudged
 		// while leaseguard is down it would forge when the holder acquired.
 		{"round 6: a renewal that also changes acquireTime, to a time CEL cannot read", func() (map[string]any, map[string]any) {
@@ -580,8 +580,7 @@ func TestStatusWritersStatusWritesFlowWhileLeaseguardIsDown(t *testing.T) {
 			}
 		})
 	}
-	// The Go side says the same (policy.FailClosed, which the handlers and
-	// the parity tests use).
+	// The Go specification says the same (goFailClosed).
 	p := samplePolicy(t)
 	for _, c := range []struct {
 		user string
@@ -590,8 +589,8 @@ func TestStatusWritersStatusWritesFlowWhileLeaseguardIsDown(t *testing.T) {
 		req := &policy.Request{Operation: policy.Update, Resource: policy.MultiClusterLeases, Subresource: policy.StatusSubresource,
 			Caller: policy.Caller{Username: c.user},
 			Old:    &policy.Object{Namespace: sampleNS, Name: "kcc-leader"}, New: &policy.Object{Namespace: sampleNS, Name: "kcc-leader"}}
-		if got := policy.FailClosed(p, req); got != c.want {
-			t.Errorf("policy.FailClosed of %s's status write: %t, want %t", c.user, got, c.want)
+		if got := goFailClosed(p, req); got != c.want {
+			t.Errorf("goFailClosed of %s's status write: %t, want %t", c.user, got, c.want)
 		}
 	}
 }

@@ -1,6 +1,16 @@
-package policy
+package manifests
 
-// IdentityChange reports whether a write may change who holds or may write
+// The Go specification of the routing that the generated match conditions
+// render (manifests.go: generator.validating, harmlessRenewal,
+// statusWriterStatusWrites; celexpr.IdentityChange, RightfulRenewer,
+// SharedRenewer): which webhook, if any, a write reaches. It lives beside
+// the CEL it specifies, and only the tests read it: the product decides
+// every write it is sent the same way whichever webhook sent it
+// (policy.Decide); only the API server routes.
+
+import "github.com/leaseguard/leaseguard/webhook/decision/policy"
+
+// goIdentityChange reports whether a write may change who holds or may write
 // the lease, or whether it exists: anything but an UPDATE of the object
 // itself that keeps the holder, every other lease field, the designation,
 // the finalizers and the owner references (renewTime, labels and other
@@ -8,20 +18,20 @@ package policy
 // leaseguard: the rendered webhook that takes them fails closed, the one
 // that takes the rest fails open (docs/security.md). The generated CEL
 // decides the same.
-func IdentityChange(req *Request) bool {
-	if req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+func goIdentityChange(req *policy.Request) bool {
+	if req.Operation != policy.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return true
 	}
 	old, new := req.Old, req.New
 	moved := new.Spec
 	moved.RenewTime = old.Spec.RenewTime
-	if !old.Spec.Equal(&moved) || !sameDesignation(old, new) ||
+	if !old.Spec.Equal(&moved) || !policy.SameDesignation(old, new) ||
 		old.Finalizers != new.Finalizers || old.OwnerReferences != new.OwnerReferences {
 		return true
 	}
 	// Fields leaseguard cannot read compare by their JSON text, as CEL
 	// compares them; renewTime may move.
-	raw := func(o *Object) map[string]string {
+	raw := func(o *policy.Object) map[string]string {
 		m := map[string]string{}
 		for _, u := range o.Unreadable {
 			if u.Field != "spec.renewTime" {
@@ -42,9 +52,9 @@ func IdentityChange(req *Request) bool {
 	return false
 }
 
-// FailClosed reports whether the fail-closed webhook decides req, which the
-// fail-open one then leaves alone: every identity change (IdentityChange),
-// every write that is not a renewal harmless unchecked (HarmlessRenewal),
+// goFailClosed reports whether the fail-closed webhook decides req, which the
+// fail-open one then leaves alone: every identity change (goIdentityChange),
+// every write that is not a renewal harmless unchecked (goHarmlessRenewal),
 // and every other write to a lease a rule selects by someone who is not the
 // rule's rightful renewer of it (another manager, a sibling pod, a
 // stranger). Only the rightful renewer's plain renewals flow while
@@ -52,31 +62,31 @@ func IdentityChange(req *Request) bool {
 // same, for the writes it sends at all (a write that changes nothing the
 // API server stores goes to neither); where it cannot say who the
 // rightful renewer is (a bind template with several captures that
-// RenewerExpressible refuses), every
+// Rule.RenewerExpressible refuses), every
 // harmless renewal is left to the fail-open webhook, and so here.
 //
 // One identity change is left to the fail-open webhook too: a status
-// writer's UPDATE of a MultiClusterLease's status (StatusWriterStatusWrite).
-func FailClosed(p *Policy, req *Request) bool {
-	if StatusWriterStatusWrite(p, req) {
+// writer's UPDATE of a MultiClusterLease's status (goStatusWriterStatusWrite).
+func goFailClosed(p *policy.Policy, req *policy.Request) bool {
+	if goStatusWriterStatusWrite(p, req) {
 		return false
 	}
-	if IdentityChange(req) || !HarmlessRenewal(p, req) {
+	if goIdentityChange(req) || !goHarmlessRenewal(p, req) {
 		return true
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
 	if rule == nil || !rule.RenewerExpressible() {
 		return false
 	}
-	if req.Resource == MultiClusterLeases {
+	if req.Resource == policy.MultiClusterLeases {
 		// Every manager renews the shared holder's MultiClusterLease
 		// (sharedRenewal): its renewals must not fail with leaseguard.
-		return !rule.sharesRenewal(&req.Caller, req.Old)
+		return !rule.SharesRenewal(&req.Caller, req.Old)
 	}
-	return !rule.rightfulRenewer(&req.Caller, req.Old)
+	return !rule.RightfulRenewer(&req.Caller, req.Old)
 }
 
-// StatusWriterStatusWrite reports whether req is an UPDATE of a
+// goStatusWriterStatusWrite reports whether req is an UPDATE of a
 // MultiClusterLease's status subresource by a status writer of the rule
 // that selects it. The policy admits every such write (I8 asks only who
 // writes), so it harms nothing unchecked; and it must flow while leaseguard
@@ -85,16 +95,16 @@ func FailClosed(p *Policy, req *Request) bool {
 // longer than the renew deadline ends every manager's leadership (found by
 // the kind stage's namespace-mode workload on the real lock, 2026-12-05:
 // all 10 managers exited with every replica down).
-func StatusWriterStatusWrite(p *Policy, req *Request) bool {
-	if req.Operation != Update || req.Subresource != StatusSubresource || req.Resource != MultiClusterLeases || req.New == nil {
+func goStatusWriterStatusWrite(p *policy.Policy, req *policy.Request) bool {
+	if req.Operation != policy.Update || req.Subresource != policy.StatusSubresource || req.Resource != policy.MultiClusterLeases || req.New == nil {
 		return false
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
-	return rule != nil && rule.statusWriters.MatchAny(req.Caller.Username, req.Caller.Groups)
+	return rule != nil && rule.IsStatusWriter(&req.Caller)
 }
 
-// HarmlessRenewal reports whether an UPDATE that keeps every identity
-// field (IdentityChange) is a renewal that harms nobody if it is stored
+// goHarmlessRenewal reports whether an UPDATE that keeps every identity
+// field (goIdentityChange) is a renewal that harms nobody if it is stored
 // unchecked, as the fail-open webhook's writes are while leaseguard is
 // down: renewTime moves (never cleared) to no further ahead of the server
 // clock than the skew, or it would hold the lease until then; forwards by
@@ -112,16 +122,16 @@ func StatusWriterStatusWrite(p *Policy, req *Request) bool {
 // write that changes labels or annotations too. (The view holds no
 // generateName of an UPDATE: the generated CEL also sends a write that
 // changes it to the fail-closed webhook.)
-func HarmlessRenewal(p *Policy, req *Request) bool {
-	if req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+func goHarmlessRenewal(p *policy.Policy, req *policy.Request) bool {
+	if req.Operation != policy.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return false
 	}
 	old, new := req.Old, req.New
 	if old.Labels != new.Labels || old.Annotations != new.Annotations {
 		return false
 	}
-	for _, o := range [...]*Object{old, new} {
-		if o.Spec.RenewTime.IsZero() || o.unreadable("spec.renewTime") != nil || o.untyped("spec.renewTime") != nil {
+	for _, o := range [...]*policy.Object{old, new} {
+		if o.Spec.RenewTime.IsZero() || o.UnreadableEntry("spec.renewTime") != nil || o.UntypedEntry("spec.renewTime") != nil {
 			return false
 		}
 	}
@@ -136,7 +146,7 @@ func HarmlessRenewal(p *Policy, req *Request) bool {
 			stamped = true
 			continue
 		}
-		if !storedStamp(old, m) {
+		if !policy.StoredStamp(old, m) {
 			return false
 		}
 	}
