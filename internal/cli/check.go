@@ -63,7 +63,7 @@ acknowledged: answered success without being stored); 1 when it is denied;
 	fs.StringVar(&o.user, "as", "", "username of the caller (required)")
 	fs.StringSliceVar(&o.groups, "as-group", nil, "group of the caller (repeatable)")
 	fs.StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
-	fs.StringVar(&o.podName, "pod-name", "", "the caller's "+policy.PodNameExtra+" extra")
+	fs.StringVar(&o.podName, "pod-name", "", "the caller's "+leaseobject.PodNameExtra+" extra")
 	fs.StringVar(&o.operation, "operation", "", "CREATE, UPDATE or DELETE (inferred from --old/--new when empty)")
 	fs.StringVar(&o.subresource, "subresource", "", `"status" for a MultiClusterLease status write`)
 	fs.StringVar(&o.oldPath, "old", "", "the stored object (YAML or JSON)")
@@ -101,7 +101,7 @@ func (o *checkOptions) run(out io.Writer) error {
 	if err != nil {
 		return bad(err)
 	}
-	if req.Resource == policy.MultiClusterLeases && o.errOut != nil {
+	if req.Resource == leaseobject.MultiClusterLeases && o.errOut != nil {
 		for _, n := range p.AcknowledgementNotes() {
 			fmt.Fprintln(o.errOut, "leaseguard: note:", n)
 		}
@@ -138,7 +138,7 @@ type checkResult struct {
 
 // verdictOf decides req as the webhook would: coalesced or acknowledged
 // first (the mutating step), then validated.
-func verdictOf(p *policy.Policy, req *policy.Request) *checkResult {
+func verdictOf(p *policy.Policy, req *leaseobject.Request) *checkResult {
 	if policy.Coalesce(p, req) {
 		rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
 		msg := fmt.Sprintf("renewTime advances %s, less than coalesceRenewals %s: acknowledged, not stored",
@@ -199,10 +199,10 @@ func (r *checkResult) print(out io.Writer, format string) error {
 }
 
 // request builds the decision core's request from the flags and files.
-func (o *checkOptions) request() (*policy.Request, error) {
-	req := &policy.Request{
+func (o *checkOptions) request() (*leaseobject.Request, error) {
+	req := &leaseobject.Request{
 		Subresource:  o.subresource,
-		Caller:       policy.Caller{Username: o.user, Groups: o.groups, PodName: o.podName},
+		Caller:       leaseobject.Caller{Username: o.user, Groups: o.groups, PodName: o.podName},
 		Now:          time.Now(),
 		DryRun:       o.dryRun,
 		FieldManager: o.fieldManager,
@@ -213,7 +213,7 @@ func (o *checkOptions) request() (*policy.Request, error) {
 			return nil, fmt.Errorf("--now %q is not an RFC 3339 time", o.now)
 		}
 	}
-	var oldRes, newRes policy.Resource
+	var oldRes, newRes leaseobject.Resource
 	if o.oldPath != "" {
 		if oldRes, req.Old, err = readObject(o.oldPath); err != nil {
 			return nil, err
@@ -249,7 +249,7 @@ func (o *checkOptions) request() (*policy.Request, error) {
 // lease the API server stores.
 const maxObjectFileBytes = 32 << 20
 
-func readObject(path string) (policy.Resource, *policy.Object, error) {
+func readObject(path string) (leaseobject.Resource, *leaseobject.Object, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
@@ -269,22 +269,22 @@ func readObject(path string) (policy.Resource, *policy.Object, error) {
 	return res, obj, nil
 }
 
-func checkOperation(op string, req *policy.Request) (policy.Operation, error) {
-	want := policy.Update
+func checkOperation(op string, req *leaseobject.Request) (leaseobject.Operation, error) {
+	want := leaseobject.Update
 	switch {
 	case req.Old == nil:
-		want = policy.Create
+		want = leaseobject.Create
 	case req.New == nil:
-		want = policy.Delete
+		want = leaseobject.Delete
 	}
 	if op == "" {
 		return want, nil
 	}
-	got := policy.Operation(strings.ToUpper(op))
+	got := leaseobject.Operation(strings.ToUpper(op))
 	switch got {
 	case "PATCH":
-		got = policy.Update
-	case policy.Create, policy.Update, policy.Delete:
+		got = leaseobject.Update
+	case leaseobject.Create, leaseobject.Update, leaseobject.Delete:
 	default:
 		return "", fmt.Errorf("--operation %q is not CREATE, UPDATE (or PATCH) or DELETE", op)
 	}
@@ -294,7 +294,7 @@ func checkOperation(op string, req *policy.Request) (policy.Operation, error) {
 	return got, nil
 }
 
-func describeObjects(req *policy.Request) string {
+func describeObjects(req *leaseobject.Request) string {
 	switch {
 	case req.Old == nil:
 		return "--new only"
@@ -311,7 +311,7 @@ func retryAfter(d *policy.Decision) string {
 	return ", retry after " + d.RetryAfter.Round(time.Millisecond).String()
 }
 
-func kindOf(r policy.Resource) string {
+func kindOf(r leaseobject.Resource) string {
 	_, kind, _ := leaseobject.Kind(r)
 	return kind
 }

@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // On a cluster that has never heard of leaseguard or Config Connector — a
@@ -140,7 +140,7 @@ func topEscapesClientWrittenStrings(t *testing.T, admin string, adminConfig, wri
 	leases := kubernetes.NewForConfigOrDie(protoConfig).CoordinationV1().Leases(hostileNS)
 	now := metav1.NewMicroTime(time.Now())
 	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "leader", Annotations: map[string]string{policy.DesignationAnnotation: hostileDesignated}},
+		ObjectMeta: metav1.ObjectMeta{Name: "leader", Annotations: map[string]string{leaseobject.DesignationAnnotation: hostileDesignated}},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(hostileHolder), LeaseDurationSeconds: ptr.To[int32](15), AcquireTime: &now, RenewTime: &now},
 	}
 	// The Role is in force once the authorizer's cache has it.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // The policies read the server's clock from managedFields, which clients
@@ -20,7 +20,7 @@ import (
 // servers refuse the takeover.
 func TestForgedManagedFieldsDoNotMoveTheClock(t *testing.T) {
 	ctx := context.Background()
-	mgrA, mgrB := policy.Caller{Username: "user:mgr-a"}, policy.Caller{Username: "user:mgr-b"}
+	mgrA, mgrB := leaseobject.Caller{Username: "user:mgr-a"}, leaseobject.Caller{Username: "user:mgr-b"}
 	for name, ahead := range map[string]time.Duration{"far ahead": 5 * 365 * 24 * time.Hour, "within the clock skew": time.Second} {
 		t.Run(name, func(t *testing.T) {
 			for _, e := range []*env{webhookEnv, vapEnv} {
@@ -52,17 +52,17 @@ func TestForgedManagedFieldsDoNotMoveTheClock(t *testing.T) {
 // forgedTakeover stores a Lease designated to and held by mgrA, renewed
 // now; mgrB labels it right after a second begins, then, within the same
 // second, takes it over with a managedFields entry dated ahead.
-func forgedTakeover(ctx context.Context, t *testing.T, e *env, mgrA, mgrB policy.Caller, ahead time.Duration) (*outcome, bool) {
+func forgedTakeover(ctx context.Context, t *testing.T, e *env, mgrA, mgrB leaseobject.Caller, ahead time.Duration) (*outcome, bool) {
 	t.Helper()
 	const ns, name = "team-auto", "forged"
-	if err := e.remove(ctx, policy.Leases, ns, name); err != nil {
+	if err := e.remove(ctx, leaseobject.Leases, ns, name); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = e.remove(ctx, policy.Leases, ns, name) }()
+	defer func() { _ = e.remove(ctx, leaseobject.Leases, ns, name) }()
 	now := time.Now()
-	old := &policy.Object{Namespace: ns, Name: name, Designated: mgrA.Username, HasDesignation: true,
-		Spec: policy.Spec{Holder: "a", RenewTime: now, AcquireTime: now, LeaseDuration: 15 * time.Second}}
-	st, err := e.store(ctx, policy.Leases, old, 0, time.Time{})
+	old := &leaseobject.Object{Namespace: ns, Name: name, Designated: mgrA.Username, HasDesignation: true,
+		Spec: leaseobject.Spec{Holder: "a", RenewTime: now, AcquireTime: now, LeaseDuration: 15 * time.Second}}
+	st, err := e.store(ctx, leaseobject.Leases, old, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func forgedTakeover(ctx context.Context, t *testing.T, e *env, mgrA, mgrB policy
 	meta["labels"] = map[string]any{"seen-by": "b"}
 	delete(meta, "managedFields")
 	body, _ := json.Marshal(labelled)
-	path := objectPath(policy.Leases, ns, name, "")
+	path := objectPath(leaseobject.Leases, ns, name, "")
 	out, err := e.do(ctx, mgrB, http.MethodPut, path, body, url.Values{"fieldManager": {"manager-b"}})
 	if err != nil || out.Code != http.StatusOK {
 		t.Fatalf("%s: mgr-b's label: %v HTTP %d %s", e.name, err, out.Code, out.Message)
@@ -80,7 +80,7 @@ func forgedTakeover(ctx context.Context, t *testing.T, e *env, mgrA, mgrB policy
 	takeover := out.Body
 	stamp := stampSecond(takeover, "manager-b")
 	meta = takeover["metadata"].(map[string]any)
-	meta["annotations"] = map[string]any{policy.DesignationAnnotation: mgrB.Username}
+	meta["annotations"] = map[string]any{leaseobject.DesignationAnnotation: mgrB.Username}
 	meta["managedFields"] = append(meta["managedFields"].([]any), map[string]any{
 		"manager": "clock", "operation": "Update", "apiVersion": "coordination.k8s.io/v1", "fieldsType": "FieldsV1",
 		"time":     time.Now().Add(ahead).UTC().Truncate(time.Second).Format(time.RFC3339),

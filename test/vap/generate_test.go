@@ -5,12 +5,12 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // Identities of the generated cases: the corpus policy's managers,
 // operators, status writers and strangers, with and without pods.
-var generatedCallers = []policy.Caller{
+var generatedCallers = []leaseobject.Caller{
 	{Username: "user:mgr-a", PodName: "pod"},
 	{Username: "user:mgr-a", PodName: "pod-2"},
 	{Username: "user:mgr-a"},
@@ -52,9 +52,9 @@ func generatedCases(n int, seed uint64) []*parityCase {
 	}
 	var out []*parityCase
 	for i := 0; len(out) < n; i++ {
-		res := policy.Leases
+		res := leaseobject.Leases
 		if chance(0.5) {
-			res = policy.MultiClusterLeases
+			res = leaseobject.MultiClusterLeases
 		}
 		ns := namespaces[pick(len(namespaces))]
 		name := generatedNames[pick(len(generatedNames))]
@@ -62,17 +62,17 @@ func generatedCases(n int, seed uint64) []*parityCase {
 			continue
 		}
 		caller := generatedCallers[pick(len(generatedCallers))]
-		req := policy.Request{Resource: res, Caller: caller, Now: now}
+		req := leaseobject.Request{Resource: res, Caller: caller, Now: now}
 		designations := []string{"", "user:mgr-a", "user:mgr-b", caller.Username, "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a"}
-		object := func() *policy.Object {
-			o := &policy.Object{Namespace: ns, Name: name}
+		object := func() *leaseobject.Object {
+			o := &leaseobject.Object{Namespace: ns, Name: name}
 			o.Spec.Holder = generatedHolders[pick(len(generatedHolders))]
 			if !chance(0.1) {
 				ages := []time.Duration{300 * time.Second, 40 * time.Second, 25 * time.Second, 12 * time.Second, 8 * time.Second, 6 * time.Second, 3 * time.Second, 0}
 				o.Spec.RenewTime = now.Add(-ages[pick(len(ages))]).Add(time.Duration(pick(1000)) * time.Millisecond)
 			}
 			o.Spec.LeaseDuration = []time.Duration{0, 10 * time.Second, 15 * time.Second, 30 * time.Second, 60 * time.Second}[pick(5)]
-			if res == policy.Leases {
+			if res == leaseobject.Leases {
 				if !chance(0.1) {
 					o.Spec.AcquireTime = now.Add(-time.Duration(60+pick(600)) * time.Second)
 				}
@@ -94,17 +94,17 @@ func generatedCases(n int, seed uint64) []*parityCase {
 		}
 		switch p := rng.Float64(); {
 		case p < 0.2:
-			req.Operation = policy.Create
+			req.Operation = leaseobject.Create
 			req.New = object()
 		case p < 0.35:
-			req.Operation = policy.Delete
+			req.Operation = leaseobject.Delete
 			req.Old = object()
 		default:
-			req.Operation = policy.Update
+			req.Operation = leaseobject.Update
 			req.Old = object()
 			nw := *req.Old
-			if res == policy.MultiClusterLeases && chance(0.1) {
-				req.Subresource = policy.StatusSubresource
+			if res == leaseobject.MultiClusterLeases && chance(0.1) {
+				req.Subresource = leaseobject.StatusSubresource
 			} else {
 				for k := 1 + pick(3); k > 0; k-- {
 					mutate(&nw, req.Old, &req, pick, chance, designations)
@@ -119,7 +119,7 @@ func generatedCases(n int, seed uint64) []*parityCase {
 }
 
 // mutate changes one thing of a written object.
-func mutate(nw, old *policy.Object, req *policy.Request, pick func(int) int, chance func(float64) bool, designations []string) {
+func mutate(nw, old *leaseobject.Object, req *leaseobject.Request, pick func(int) int, chance func(float64) bool, designations []string) {
 	now := req.Now
 	switch pick(11) {
 	case 0, 1, 2: // renew
@@ -148,32 +148,32 @@ func mutate(nw, old *policy.Object, req *policy.Request, pick func(int) int, cha
 		}
 	case 6: // durations
 		nw.Spec.LeaseDuration = []time.Duration{15 * time.Second, 60 * time.Second, 61 * time.Second, 100000 * time.Second}[pick(4)]
-		if req.Resource == policy.MultiClusterLeases && chance(0.5) {
+		if req.Resource == leaseobject.MultiClusterLeases && chance(0.5) {
 			nw.Spec.RetryPeriod = []time.Duration{2 * time.Second, 61 * time.Second}[pick(2)]
 		}
 	case 7: // finalizers or owner references
 		if chance(0.5) {
 			// The MultiClusterLease controller's own, alone and beside
 			// another: the one finalizer a status writer may change.
-			own := `"` + policy.ControllerFinalizer + `"`
+			own := `"` + leaseobject.ControllerFinalizer + `"`
 			nw.Finalizers = []string{"", `["keep"]`, `["block"]`, `[` + own + `]`, `["keep",` + own + `]`}[pick(5)]
 		} else {
 			nw.OwnerReferences = []string{"", `[{"name":"other"}]`}[pick(2)]
 		}
 	case 8: // clear times
-		if req.Resource == policy.Leases && chance(0.5) {
+		if req.Resource == leaseobject.Leases && chance(0.5) {
 			nw.Spec.AcquireTime = time.Time{}
 		} else {
 			nw.Spec.RenewTime = time.Time{}
 		}
 	case 9: // times in the future
-		if req.Resource == policy.Leases && chance(0.5) {
+		if req.Resource == leaseobject.Leases && chance(0.5) {
 			nw.Spec.AcquireTime = now.Add(time.Hour)
 		} else {
 			nw.Spec.RenewTime = now.Add(10 * time.Second)
 		}
 	case 10: // count transitions
-		if req.Resource == policy.Leases {
+		if req.Resource == leaseobject.Leases {
 			nw.Spec.Transitions = []int32{0, old.Spec.Transitions + 1, 2147483647}[pick(3)]
 		}
 	}

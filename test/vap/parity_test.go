@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -21,7 +22,7 @@ import (
 type parityCase struct {
 	name    string
 	source  string // "table" or "generated"
-	request policy.Request
+	request leaseobject.Request
 }
 
 // Classes of a case.
@@ -236,7 +237,7 @@ func replayCase(ctx context.Context, t *testing.T, c *parityCase, n int) *result
 
 // replayOn stores the case's old object as the fixture identity and makes
 // the case's write as its caller.
-func replayOn(ctx context.Context, e *env, req *policy.Request, shift time.Duration, oldWrite, rewind time.Time, n int) (out *outcome, st *stored, sent, done time.Time, err error) {
+func replayOn(ctx context.Context, e *env, req *leaseobject.Request, shift time.Duration, oldWrite, rewind time.Time, n int) (out *outcome, st *stored, sent, done time.Time, err error) {
 	obj := objectOf(req)
 	if err = e.remove(ctx, req.Resource, obj.Namespace, obj.Name); err != nil {
 		return
@@ -256,8 +257,8 @@ func replayOn(ctx context.Context, e *env, req *policy.Request, shift time.Durat
 }
 
 // notReplayable says why a case cannot be sent through the API server.
-func notReplayable(req *policy.Request) string {
-	for _, o := range []*policy.Object{req.Old, req.New} {
+func notReplayable(req *leaseobject.Request) string {
+	for _, o := range []*leaseobject.Object{req.Old, req.New} {
 		if o != nil && len(o.Unreadable) > 0 {
 			return "its " + o.Unreadable[0].Field + " (" + o.Unreadable[0].Raw + ") is refused by the API server's schema"
 		}
@@ -265,7 +266,7 @@ func notReplayable(req *policy.Request) string {
 			return "generateName"
 		}
 	}
-	if req.Resource == policy.Leases && req.Subresource != "" {
+	if req.Resource == leaseobject.Leases && req.Subresource != "" {
 		return "Leases have no " + req.Subresource + " subresource"
 	}
 	return ""
@@ -275,7 +276,7 @@ func notReplayable(req *policy.Request) string {
 // the stored object (what the case says, or, when it says nothing, its
 // renewTime, so that a write is never judged as just after the fixture
 // stored the object), and the rewound time a case writes itself.
-func renewWrites(req *policy.Request, shift time.Duration) (old, rewind time.Time) {
+func renewWrites(req *leaseobject.Request, shift time.Duration) (old, rewind time.Time) {
 	if o := req.Old; o != nil {
 		switch {
 		case !o.RenewWrite.IsZero():
@@ -305,7 +306,7 @@ func renewWrites(req *policy.Request, shift time.Duration) (old, rewind time.Tim
 // decided at now: times moved by shift, the creation time and
 // managedFields times the API server set, and the coalescing policy
 // applied.
-func replayed(req *policy.Request, shift time.Duration, created, oldWrite, rewind, now time.Time) *policy.Request {
+func replayed(req *leaseobject.Request, shift time.Duration, created, oldWrite, rewind, now time.Time) *leaseobject.Request {
 	r := *req
 	r.Now = now
 	r.Old, r.New = moved(req.Resource, req.Old, shift), moved(req.Resource, req.New, shift)
@@ -347,13 +348,13 @@ func stampIf(ok bool, now time.Time) time.Time {
 	return now.Truncate(time.Second)
 }
 
-func moved(res policy.Resource, o *policy.Object, shift time.Duration) *policy.Object {
+func moved(res leaseobject.Resource, o *leaseobject.Object, shift time.Duration) *leaseobject.Object {
 	if o == nil {
 		return nil
 	}
 	c := *o
 	// Only the fields the kind has reach the API server.
-	if res == policy.Leases {
+	if res == leaseobject.Leases {
 		c.Spec.RenewDeadline, c.Spec.RetryPeriod = 0, 0
 	} else {
 		c.Spec.AcquireTime, c.Spec.Transitions, c.Spec.Strategy, c.Spec.PreferredHolder = time.Time{}, 0, "", ""
@@ -370,11 +371,11 @@ func moved(res policy.Resource, o *policy.Object, shift time.Duration) *policy.O
 
 // classify says whether the policies claim to decide the write as the
 // webhook does (docs/vap.md lists what they do not).
-func classify(req *policy.Request, d *policy.Decision, fresh *policy.Request) (string, string) {
+func classify(req *leaseobject.Request, d *policy.Decision, fresh *leaseobject.Request) (string, string) {
 	if d.Invariant == policy.InvariantRenewalRate {
 		return classUnsupported, "decided by I6 (minRenewInterval), which the policies do not enforce"
 	}
-	if req.Operation == policy.Delete && d.Verdict == policy.Allow {
+	if req.Operation == leaseobject.Delete && d.Verdict == policy.Allow {
 		// Admitted only because the stored lease is stale? The policies
 		// cannot tell on a DELETE.
 		fresh := *fresh
@@ -385,7 +386,7 @@ func classify(req *policy.Request, d *policy.Decision, fresh *policy.Request) (s
 	return classSupported, ""
 }
 
-func objectOf(req *policy.Request) *policy.Object {
+func objectOf(req *leaseobject.Request) *leaseobject.Object {
 	if req.New != nil {
 		return req.New
 	}

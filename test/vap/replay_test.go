@@ -23,6 +23,7 @@ import (
 
 	mcl "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/test/controlplane"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -35,7 +36,7 @@ type corpusFile struct {
 
 type corpusCase struct {
 	Name    string
-	Request policy.Request
+	Request leaseobject.Request
 	Want    string
 }
 
@@ -76,7 +77,7 @@ func corpusNamespaces() []string {
 // fixture is the identity that stores the "old" objects: a kube-system
 // service account, which neither leaseguard's webhooks nor its policies are
 // ever called for (docs/design.md §5).
-var fixture = policy.Caller{Username: "system:serviceaccount:kube-system:leaseguard-fixture"}
+var fixture = leaseobject.Caller{Username: "system:serviceaccount:kube-system:leaseguard-fixture"}
 
 const (
 	fixtureManager = "leaseguard-fixture"
@@ -116,7 +117,7 @@ func (e *env) createNamespaces(ctx context.Context, names []string) error {
 // warned about, under warn). Audit rules show nothing to a client; they
 // were installed with the others.
 func (e *env) waitUntilEnforced(ctx context.Context) error {
-	stranger := policy.Caller{Username: "user:vap-probe"}
+	stranger := leaseobject.Caller{Username: "user:vap-probe"}
 	for _, r := range pol.Rules {
 		view := r.View()
 		if view.Enforcement == policy.EnforceAudit {
@@ -127,7 +128,7 @@ func (e *env) waitUntilEnforced(ctx context.Context) error {
 			if ns == "" {
 				return fmt.Errorf("no lease to probe rule %s with", view.Name)
 			}
-			obj := apiObject(res, &policy.Object{Namespace: ns, Name: name}, 0)
+			obj := apiObject(res, &leaseobject.Object{Namespace: ns, Name: name}, 0)
 			body, _ := json.Marshal(obj)
 			deadline := time.Now().Add(60 * time.Second)
 			for {
@@ -149,7 +150,7 @@ func (e *env) waitUntilEnforced(ctx context.Context) error {
 }
 
 // probeTarget is a lease the rule itself selects.
-func probeTarget(r *policy.Rule, res policy.Resource) (string, string) {
+func probeTarget(r *policy.Rule, res leaseobject.Resource) (string, string) {
 	for _, ns := range r.View().Namespaces {
 		for _, name := range append([]string{"probe"}, generatedNames...) {
 			if pol.Select(res, ns, name) == r {
@@ -193,7 +194,7 @@ func (o *outcome) refusal() string {
 	return o.Message
 }
 
-func (e *env) client(caller policy.Caller) (*http.Client, error) {
+func (e *env) client(caller leaseobject.Caller) (*http.Client, error) {
 	key := caller.Username + "\x00" + strings.Join(caller.Groups, ",") + "\x00" + caller.PodName
 	if c, ok := e.clients[key]; ok {
 		return c, nil
@@ -201,7 +202,7 @@ func (e *env) client(caller policy.Caller) (*http.Client, error) {
 	cfg := rest.CopyConfig(e.cp.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: caller.Username, Groups: caller.Groups}
 	if caller.PodName != "" {
-		cfg.Impersonate.Extra = map[string][]string{policy.PodNameExtra: {caller.PodName}}
+		cfg.Impersonate.Extra = map[string][]string{leaseobject.PodNameExtra: {caller.PodName}}
 	}
 	c, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -213,7 +214,7 @@ func (e *env) client(caller policy.Caller) (*http.Client, error) {
 
 // do sends one request as caller, without client-go's retries, and
 // returns what the client sees.
-func (e *env) do(ctx context.Context, caller policy.Caller, method, path string, body []byte, query url.Values) (*outcome, error) {
+func (e *env) do(ctx context.Context, caller leaseobject.Caller, method, path string, body []byte, query url.Values) (*outcome, error) {
 	c, err := e.client(caller)
 	if err != nil {
 		return nil, err
@@ -265,9 +266,9 @@ func warningText(h string) string {
 	return h
 }
 
-func objectPath(res policy.Resource, ns, name, sub string) string {
+func objectPath(res leaseobject.Resource, ns, name, sub string) string {
 	var p string
-	if res == policy.Leases {
+	if res == leaseobject.Leases {
 		p = "/apis/coordination.k8s.io/v1/namespaces/" + ns + "/leases"
 	} else {
 		p = "/apis/" + mcl.Group + "/" + mcl.Version + "/namespaces/" + ns + "/multiclusterleases"
@@ -286,7 +287,7 @@ func microTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.
 
 // apiObject renders the core's normalised object as the API object a
 // client writes, its times moved by shift.
-func apiObject(res policy.Resource, o *policy.Object, shift time.Duration) map[string]any {
+func apiObject(res leaseobject.Resource, o *leaseobject.Object, shift time.Duration) map[string]any {
 	spec := map[string]any{"holderIdentity": o.Spec.Holder}
 	if !o.Spec.RenewTime.IsZero() {
 		spec["renewTime"] = microTime(o.Spec.RenewTime.Add(shift))
@@ -295,7 +296,7 @@ func apiObject(res policy.Resource, o *policy.Object, shift time.Duration) map[s
 		spec["leaseDurationSeconds"] = int64(o.Spec.LeaseDuration / time.Second)
 	}
 	apiVersion, kind := "coordination.k8s.io/v1", "Lease"
-	if res == policy.Leases {
+	if res == leaseobject.Leases {
 		if !o.Spec.AcquireTime.IsZero() {
 			spec["acquireTime"] = microTime(o.Spec.AcquireTime.Add(shift))
 		}
@@ -315,7 +316,7 @@ func apiObject(res policy.Resource, o *policy.Object, shift time.Duration) map[s
 	}
 	annotations := textMap(o.Annotations)
 	if o.HasDesignation {
-		annotations[policy.DesignationAnnotation] = o.Designated
+		annotations[leaseobject.DesignationAnnotation] = o.Designated
 	}
 	if len(annotations) > 0 {
 		meta["annotations"] = annotations
@@ -400,7 +401,7 @@ type stored struct {
 // of the managedFields entry owning spec.renewTime to renewWrite (truncated
 // to the second, as the API server keeps it): what a stored object last
 // renewed at that time carries.
-func (e *env) store(ctx context.Context, res policy.Resource, o *policy.Object, shift time.Duration, renewWrite time.Time) (*stored, error) {
+func (e *env) store(ctx context.Context, res leaseobject.Resource, o *leaseobject.Object, shift time.Duration, renewWrite time.Time) (*stored, error) {
 	body, _ := json.Marshal(apiObject(res, o, shift))
 	out, err := e.do(ctx, fixture, http.MethodPost, objectPath(res, o.Namespace, "", ""), body, url.Values{"fieldManager": {renewerManager}})
 	if err != nil {
@@ -464,7 +465,7 @@ func (e *env) store(ctx context.Context, res policy.Resource, o *policy.Object, 
 // admitted). rewind, when set, is written as the time of the managedFields
 // entry owning spec.renewTime; otherwise managedFields is left to the API
 // server.
-func written(req *policy.Request, st *stored, shift time.Duration, n int, rewind time.Time) map[string]any {
+func written(req *leaseobject.Request, st *stored, shift time.Duration, n int, rewind time.Time) map[string]any {
 	res, o := req.Resource, req.New
 	w := deepCopy(st.obj)
 	fresh := apiObject(res, o, shift)
@@ -472,9 +473,9 @@ func written(req *policy.Request, st *stored, shift time.Duration, n int, rewind
 	meta := w["metadata"].(map[string]any)
 	freshMeta := fresh["metadata"].(map[string]any)
 	annotations := rewritten(meta["annotations"], req.Old.Annotations, o.Annotations)
-	delete(annotations, policy.DesignationAnnotation)
+	delete(annotations, leaseobject.DesignationAnnotation)
 	if a, ok := freshMeta["annotations"].(map[string]any); ok {
-		annotations[policy.DesignationAnnotation] = a[policy.DesignationAnnotation]
+		annotations[leaseobject.DesignationAnnotation] = a[leaseobject.DesignationAnnotation]
 	}
 	if len(annotations) > 0 {
 		meta["annotations"] = annotations
@@ -517,13 +518,13 @@ func written(req *policy.Request, st *stored, shift time.Duration, n int, rewind
 // something already. A renewal must not: a label change takes it off the
 // fail-open route, so that neither the renewals policy nor the renewals
 // webhook would ever be compared.
-func labelled(req *policy.Request) bool {
+func labelled(req *leaseobject.Request) bool {
 	return req.Old == nil || req.New == nil ||
 		(req.Old.Finalizers == req.New.Finalizers && req.New.Spec.RenewTime.Equal(req.Old.Spec.RenewTime))
 }
 
 // send makes the case's write as its caller.
-func (e *env) send(ctx context.Context, req *policy.Request, st *stored, shift time.Duration, n int, rewind time.Time) (*outcome, error) {
+func (e *env) send(ctx context.Context, req *leaseobject.Request, st *stored, shift time.Duration, n int, rewind time.Time) (*outcome, error) {
 	q := url.Values{"fieldManager": {writeManager}}
 	if req.FieldManager != "" {
 		q.Set("fieldManager", req.FieldManager)
@@ -536,15 +537,15 @@ func (e *env) send(ctx context.Context, req *policy.Request, st *stored, shift t
 		obj = req.Old
 	}
 	switch {
-	case req.Operation == policy.Create:
+	case req.Operation == leaseobject.Create:
 		body := apiObject(req.Resource, req.New, shift)
 		body["metadata"].(map[string]any)["labels"] = map[string]any{parityLabel: strconv.Itoa(n)}
 		data, _ := json.Marshal(body)
 		return e.do(ctx, req.Caller, http.MethodPost, objectPath(req.Resource, obj.Namespace, "", ""), data, q)
-	case req.Operation == policy.Delete:
+	case req.Operation == leaseobject.Delete:
 		q.Del("fieldManager")
 		return e.do(ctx, req.Caller, http.MethodDelete, objectPath(req.Resource, obj.Namespace, obj.Name, ""), nil, q)
-	case req.Subresource == policy.StatusSubresource:
+	case req.Subresource == leaseobject.StatusSubresource:
 		w := deepCopy(st.obj)
 		w["status"] = map[string]any{"globalHolderIdentity": "parity-" + strconv.Itoa(n)}
 		delete(w["metadata"].(map[string]any), "managedFields")
@@ -557,7 +558,7 @@ func (e *env) send(ctx context.Context, req *policy.Request, st *stored, shift t
 
 // remove deletes an object as the fixture identity, its finalizers first,
 // and waits until it is gone.
-func (e *env) remove(ctx context.Context, res policy.Resource, ns, name string) error {
+func (e *env) remove(ctx context.Context, res leaseobject.Resource, ns, name string) error {
 	path := objectPath(res, ns, name, "")
 	for i := 0; i < 100; i++ {
 		out, err := e.do(ctx, fixture, http.MethodGet, path, nil, nil)

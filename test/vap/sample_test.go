@@ -12,7 +12,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/testfixtures"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // config/vap, applied with kubectl to an API server without leaseguard,
@@ -48,13 +48,13 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 		t.Errorf("the coalescing policy is not installed: %v\n%s", err, out)
 	}
 
-	managerA := policy.Caller{Username: testfixtures.KCCManagerPrefix + "a", PodName: "cnrm-controller-manager-a-0"}
-	managerB := policy.Caller{Username: testfixtures.KCCManagerPrefix + "b", PodName: "cnrm-controller-manager-b-0"}
-	stranger := policy.Caller{Username: "system:serviceaccount:cnrm-system:other"}
+	managerA := leaseobject.Caller{Username: testfixtures.KCCManagerPrefix + "a", PodName: "cnrm-controller-manager-a-0"}
+	managerB := leaseobject.Caller{Username: testfixtures.KCCManagerPrefix + "b", PodName: "cnrm-controller-manager-b-0"}
+	stranger := leaseobject.Caller{Username: "system:serviceaccount:cnrm-system:other"}
 	mcl := func(holder string) []byte {
-		body, _ := json.Marshal(apiObject(policy.MultiClusterLeases, &policy.Object{Namespace: testfixtures.KCCNamespace, Name: "kcc-leader",
+		body, _ := json.Marshal(apiObject(leaseobject.MultiClusterLeases, &leaseobject.Object{Namespace: testfixtures.KCCNamespace, Name: "kcc-leader",
 			Designated: managerA.Username, HasDesignation: true,
-			Spec: policy.Spec{Holder: holder, RenewTime: time.Now(), LeaseDuration: 15 * time.Second}}, 0))
+			Spec: leaseobject.Spec{Holder: holder, RenewTime: time.Now(), LeaseDuration: 15 * time.Second}}, 0))
 		return body
 	}
 	// The policies take effect shortly after they are created. The probe is
@@ -63,7 +63,7 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 	// into a 409.
 	var out *outcome
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if out, err = e.do(ctx, stranger, http.MethodPost, objectPath(policy.MultiClusterLeases, testfixtures.KCCNamespace, "", ""), mcl("x"), url.Values{"dryRun": {"All"}}); err != nil {
+		if out, err = e.do(ctx, stranger, http.MethodPost, objectPath(leaseobject.MultiClusterLeases, testfixtures.KCCNamespace, "", ""), mcl("x"), url.Values{"dryRun": {"All"}}); err != nil {
 			t.Fatal(err)
 		}
 		if out.Code == http.StatusForbidden {
@@ -76,14 +76,14 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 	if out.Code != http.StatusForbidden || out.Message != want {
 		t.Fatalf("a stranger's create: HTTP %d %q\nwant HTTP 403 %q", out.Code, out.Message, want)
 	}
-	if out, err = e.do(ctx, managerA, http.MethodPost, objectPath(policy.MultiClusterLeases, testfixtures.KCCNamespace, "", ""), mcl("cluster-a"), nil); err != nil || out.Code != http.StatusCreated {
+	if out, err = e.do(ctx, managerA, http.MethodPost, objectPath(leaseobject.MultiClusterLeases, testfixtures.KCCNamespace, "", ""), mcl("cluster-a"), nil); err != nil || out.Code != http.StatusCreated {
 		t.Fatalf("the designated manager's create: %v HTTP %d %s", err, out.Code, out.Message)
 	}
 	created := out.Body
 	renewal := deepCopy(created)
 	renewal["spec"].(map[string]any)["renewTime"] = microTime(time.Now().Add(time.Second))
 	body, _ := json.Marshal(renewal)
-	path := objectPath(policy.MultiClusterLeases, testfixtures.KCCNamespace, "kcc-leader", "")
+	path := objectPath(leaseobject.MultiClusterLeases, testfixtures.KCCNamespace, "kcc-leader", "")
 	// Designation decides who writes, never who leads: another manager's
 	// renewal of the shared lease is admitted (without leaseguard's
 	// mutating webhook it is stored), any other write of it refused.
@@ -104,7 +104,7 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 	}
 	if err != nil || out.Code != http.StatusOK {
 		t.Errorf("another manager's renewal: %v HTTP %d %s", err, out.Code, out.Message)
-	} else if got, _ := out.Body["metadata"].(map[string]any)["annotations"].(map[string]any)[policy.DesignationAnnotation]; got != managerA.Username {
+	} else if got, _ := out.Body["metadata"].(map[string]any)["annotations"].(map[string]any)[leaseobject.DesignationAnnotation]; got != managerA.Username {
 		t.Errorf("another manager's renewal changed the designation to %v", got)
 	} else {
 		renewal = deepCopy(out.Body)
@@ -127,9 +127,9 @@ func TestSampleKustomizationEnforces(t *testing.T) {
 	// Each policy takes effect on its own: the Lease policy is probed
 	// apart, with the same create as a dry run, until it warns (CI once
 	// saw the MultiClusterLease policy in effect and this one not yet).
-	lease, _ := json.Marshal(apiObject(policy.Leases, &policy.Object{Namespace: testfixtures.KCCNamespace, Name: "kcc-leader-b",
-		Spec: policy.Spec{Holder: managerA.PodName + "_1", RenewTime: time.Now(), AcquireTime: time.Now(), LeaseDuration: 15 * time.Second}}, 0))
-	leases := objectPath(policy.Leases, testfixtures.KCCNamespace, "", "")
+	lease, _ := json.Marshal(apiObject(leaseobject.Leases, &leaseobject.Object{Namespace: testfixtures.KCCNamespace, Name: "kcc-leader-b",
+		Spec: leaseobject.Spec{Holder: managerA.PodName + "_1", RenewTime: time.Now(), AcquireTime: time.Now(), LeaseDuration: 15 * time.Second}}, 0))
+	leases := objectPath(leaseobject.Leases, testfixtures.KCCNamespace, "", "")
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if out, err = e.do(ctx, managerA, http.MethodPost, leases, lease, url.Values{"dryRun": {"All"}}); err != nil || len(out.guardWarnings()) > 0 {
 			break

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -32,7 +33,7 @@ var _ leasetraffic.Projector = (*Projector)(nil)
 
 // Project judges one observed write: old is the stored object before it
 // (nil for a creation), new the object it stored, at the time it was seen.
-func (p *Projector) Project(res policy.Resource, old, new *policy.Object, at time.Time, status bool) leasetraffic.Projection {
+func (p *Projector) Project(res leaseobject.Resource, old, new *leaseobject.Object, at time.Time, status bool) leasetraffic.Projection {
 	if status || new == nil || p.neverIntercepted(new.Namespace) {
 		return leasetraffic.Projection{}
 	}
@@ -40,9 +41,9 @@ func (p *Projector) Project(res policy.Resource, old, new *policy.Object, at tim
 	if !ok {
 		return leasetraffic.Projection{}
 	}
-	req := &policy.Request{Resource: res, Operation: policy.Update, Caller: caller, Old: old, New: new, Now: at}
+	req := &leaseobject.Request{Resource: res, Operation: leaseobject.Update, Caller: caller, Old: old, New: new, Now: at}
 	if old == nil {
-		req.Operation = policy.Create
+		req.Operation = leaseobject.Create
 	}
 	// An early renewal the rule coalesces never reaches validation: the
 	// API server acknowledges it and stores nothing.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
@@ -15,9 +16,9 @@ const kcc = "system:serviceaccount:cnrm-system:cnrm-controller-manager-"
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func object(ns, name, holder string, renew time.Duration, designated string) *policy.Object {
-	o := &policy.Object{Namespace: ns, Name: name, CreationTimestamp: t0.Add(-time.Hour),
-		Spec: policy.Spec{Holder: holder, RenewTime: t0.Add(renew), LeaseDuration: 15 * time.Second}}
+func object(ns, name, holder string, renew time.Duration, designated string) *leaseobject.Object {
+	o := &leaseobject.Object{Namespace: ns, Name: name, CreationTimestamp: t0.Add(-time.Hour),
+		Spec: leaseobject.Spec{Holder: holder, RenewTime: t0.Add(renew), LeaseDuration: 15 * time.Second}}
 	if designated != "" {
 		o.Designated, o.HasDesignation = designated, true
 	}
@@ -54,34 +55,34 @@ func TestProject(t *testing.T) {
 	const pod = "cnrm-controller-manager-team-a-0_1"
 	cases := []struct {
 		name     string
-		res      policy.Resource
-		old, new *policy.Object
+		res      leaseobject.Resource
+		old, new *leaseobject.Object
 		status   bool
 		want     leasetraffic.Projection
 	}{
-		{"bound lease renewed after 2s: warned (I6, the rule warns)", policy.Leases,
+		{"bound lease renewed after 2s: warned (I6, the rule warns)", leaseobject.Leases,
 			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Verdict: policy.Warn, Invariant: policy.InvariantRenewalRate, Basis: leasetraffic.WriterBound}},
 		// A shared renewal of a MultiClusterLease is never refused
 		// (docs/design.md §4): without coalescing it is stored.
-		{"shared lease renewed after 2s: admitted (never rate limited)", policy.MultiClusterLeases,
+		{"shared lease renewed after 2s: admitted (never rate limited)", leaseobject.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 2*time.Second, kcc+"team-a"), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
-		{"shared lease renewed after 6s: admitted", policy.MultiClusterLeases,
+		{"shared lease renewed after 6s: admitted", leaseobject.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 6*time.Second, kcc+"team-a"), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
-		{"holder taken before expiry: refused (I4)", policy.MultiClusterLeases,
+		{"holder taken before expiry: refused (I4)", leaseobject.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-b", 6*time.Second, kcc+"team-a"), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: leasetraffic.WriterDesignated}},
-		{"created: judged as a CREATE", policy.MultiClusterLeases, nil, object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), false,
+		{"created: judged as a CREATE", leaseobject.MultiClusterLeases, nil, object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), false,
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
-		{"status write: not judged", policy.MultiClusterLeases,
+		{"status write: not judged", leaseobject.MultiClusterLeases,
 			object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), object("cnrm-system", "kcc-leader", "cluster-a", 0, kcc+"team-a"), true,
 			leasetraffic.Projection{}},
-		{"kube-system: never sent to the webhook", policy.Leases,
+		{"kube-system: never sent to the webhook", leaseobject.Leases,
 			object("kube-system", "kube-scheduler", "x", 0, ""), object("kube-system", "kube-scheduler", "x", time.Second, ""), false,
 			leasetraffic.Projection{}},
-		{"no rule selects it", policy.Leases, object("apps", "x", "h", 0, ""), object("apps", "x", "h", time.Second, ""), false,
+		{"no rule selects it", leaseobject.Leases, object("apps", "x", "h", 0, ""), object("apps", "x", "h", time.Second, ""), false,
 			leasetraffic.Projection{}},
 	}
 	for _, tc := range cases {
@@ -99,23 +100,23 @@ func TestProject(t *testing.T) {
 func TestProjectCoalescing(t *testing.T) {
 	pr := sample(t, true)
 	const pod = "cnrm-controller-manager-team-a-0_1"
-	mcl := func(holder string, renew time.Duration) *policy.Object {
+	mcl := func(holder string, renew time.Duration) *leaseobject.Object {
 		return object("cnrm-system", "kcc-leader", holder, renew, kcc+"team-a")
 	}
 	cases := []struct {
 		name     string
-		res      policy.Resource
-		old, new *policy.Object
+		res      leaseobject.Resource
+		old, new *leaseobject.Object
 		want     leasetraffic.Projection
 	}{
-		{"shared lease renewed after 2s: coalesced", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 2*time.Second),
+		{"shared lease renewed after 2s: coalesced", leaseobject.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 2*time.Second),
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Coalesced: true, Basis: leasetraffic.WriterDesignated}},
-		{"bound lease renewed after 2s: coalesced", policy.Leases,
+		{"bound lease renewed after 2s: coalesced", leaseobject.Leases,
 			object("cnrm-system", "kcc-leader-team-a", pod, 0, ""), object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, ""),
 			leasetraffic.Projection{Judged: true, Rule: "kcc-namespace-leases", Coalesced: true, Basis: leasetraffic.WriterBound}},
-		{"shared lease renewed after the interval: admitted", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 7*time.Second),
+		{"shared lease renewed after the interval: admitted", leaseobject.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-a", 7*time.Second),
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Allow, Basis: leasetraffic.WriterDesignated}},
-		{"holder changed 2s later: decided, refused (I4)", policy.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-b", 2*time.Second),
+		{"holder changed 2s later: decided, refused (I4)", leaseobject.MultiClusterLeases, mcl("cluster-a", 0), mcl("cluster-b", 2*time.Second),
 			leasetraffic.Projection{Judged: true, Rule: "kcc-mcl", Verdict: policy.Deny, Invariant: policy.InvariantFencing, Code: 403, Basis: leasetraffic.WriterDesignated}},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -18,10 +19,10 @@ import (
 // invariants (I1, I2, I3, I5, I9) are thereby assumed kept, and Decide
 // judges what a watcher can see (I4, I6, I7). ok is false when no rule
 // selects obj or the rule names no manager.
-func assumedWriter(p *policy.Policy, res policy.Resource, obj *policy.Object) (rule string, c policy.Caller, basis leasetraffic.WriterBasis, ok bool) {
+func assumedWriter(p *policy.Policy, res leaseobject.Resource, obj *leaseobject.Object) (rule string, c leaseobject.Caller, basis leasetraffic.WriterBasis, ok bool) {
 	r := p.Select(res, obj.Namespace, obj.Name)
 	if r == nil {
-		return "", policy.Caller{}, "", false
+		return "", leaseobject.Caller{}, "", false
 	}
 	holder := obj.Spec.Holder
 	if holder != "" {
@@ -43,7 +44,7 @@ func assumedWriter(p *policy.Policy, res policy.Resource, obj *policy.Object) (r
 	case r.FirstManager() != "":
 		c.Username, basis = r.FirstManager(), leasetraffic.WriterPattern
 	default:
-		return r.Name, policy.Caller{}, "", false
+		return r.Name, leaseobject.Caller{}, "", false
 	}
 	return r.Name, c, basis, true
 }

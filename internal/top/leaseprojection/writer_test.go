@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
@@ -33,31 +34,31 @@ func withRules(t *testing.T) *policy.Policy {
 
 func TestAssumedWriter(t *testing.T) {
 	p := withRules(t)
-	h1 := func(ns, name string) *policy.Object { return object(ns, name, "h1", 0, "") }
+	h1 := func(ns, name string) *leaseobject.Object { return object(ns, name, "h1", 0, "") }
 	cases := []struct {
 		name      string
-		res       policy.Resource
-		obj       *policy.Object
+		res       leaseobject.Resource
+		obj       *leaseobject.Object
 		wantRule  string
 		wantUser  string
 		wantPod   string
 		wantBasis leasetraffic.WriterBasis
 		wantOK    bool
 	}{
-		{"designated by annotation", policy.MultiClusterLeases, object("cnrm-system", "kcc-leader", "h1", 0, kcc+"a"),
+		{"designated by annotation", leaseobject.MultiClusterLeases, object("cnrm-system", "kcc-leader", "h1", 0, kcc+"a"),
 			"kcc-mcl", kcc + "a", "h1", leasetraffic.WriterDesignated, true},
-		{"no designation yet: the managers pattern", policy.MultiClusterLeases, h1("cnrm-system", "kcc-leader"),
+		{"no designation yet: the managers pattern", leaseobject.MultiClusterLeases, h1("cnrm-system", "kcc-leader"),
 			"kcc-mcl", kcc + "*", "h1", leasetraffic.WriterPattern, true},
-		{"bound lease: the manager of its capture, pod from the holder", policy.Leases,
+		{"bound lease: the manager of its capture, pod from the holder", leaseobject.Leases,
 			object("cnrm-system", "kcc-leader-team-b", "cnrm-controller-manager-team-b-0_1234", 0, ""),
 			"kcc-namespace-leases", kcc + "team-b", "cnrm-controller-manager-team-b-0", leasetraffic.WriterBound, true},
-		{"lease name off the template: no writer", policy.Leases, h1("cnrm-system", "other"),
+		{"lease name off the template: no writer", leaseobject.Leases, h1("cnrm-system", "other"),
 			"kcc-namespace-leases", "", "", "", false},
-		{"fixed designation", policy.Leases, h1("fixed-ns", "x"),
+		{"fixed designation", leaseobject.Leases, h1("fixed-ns", "x"),
 			"fixed", "system:serviceaccount:fixed-ns:the-one", "h1", leasetraffic.WriterFixed, true},
-		{"holderBinding username: the holder", policy.Leases, object("user-ns", "x", "system:serviceaccount:user-ns:m", 0, ""),
+		{"holderBinding username: the holder", leaseobject.Leases, object("user-ns", "x", "system:serviceaccount:user-ns:m", 0, ""),
 			"by-username", "system:serviceaccount:user-ns:m", "system:serviceaccount:user-ns:m", leasetraffic.WriterPattern, true},
-		{"no rule", policy.Leases, h1("elsewhere", "x"), "", "", "", "", false},
+		{"no rule", leaseobject.Leases, h1("elsewhere", "x"), "", "", "", "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,16 +78,16 @@ func TestAssumedWriterIsJudgedOnTimingsOnly(t *testing.T) {
 	const pod = "cnrm-controller-manager-team-a-0_1"
 	old := object("cnrm-system", "kcc-leader-team-a", pod, 0, "")
 	renewed := object("cnrm-system", "kcc-leader-team-a", pod, 2*time.Second, "")
-	_, caller, _, ok := assumedWriter(p, policy.Leases, renewed)
+	_, caller, _, ok := assumedWriter(p, leaseobject.Leases, renewed)
 	if !ok || caller.Username != kcc+"team-a" {
 		t.Fatalf("assumed writer %+v, %v", caller, ok)
 	}
-	d := policy.Decide(p, &policy.Request{Resource: policy.Leases, Operation: policy.Update, Caller: caller, Old: old, New: renewed, Now: t0.Add(2 * time.Second)})
+	d := policy.Decide(p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: caller, Old: old, New: renewed, Now: t0.Add(2 * time.Second)})
 	if d.Verdict != policy.Warn || d.Invariant != policy.InvariantRenewalRate {
 		t.Fatalf("decision %+v, want warn I6 (the bound-lease rule warns, auto interval 5s)", d)
 	}
 	later := object("cnrm-system", "kcc-leader-team-a", pod, 6*time.Second, "")
-	if d := policy.Decide(p, &policy.Request{Resource: policy.Leases, Operation: policy.Update, Caller: caller, Old: old, New: later, Now: t0.Add(6 * time.Second)}); d.Verdict != policy.Allow {
+	if d := policy.Decide(p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: caller, Old: old, New: later, Now: t0.Add(6 * time.Second)}); d.Verdict != policy.Allow {
 		t.Fatalf("a renewal 6s after the stored one: %+v, want allow", d)
 	}
 }

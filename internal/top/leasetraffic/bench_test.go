@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // benchLeases builds n leases renewed every 2s for a minute, so that their
@@ -15,10 +15,10 @@ func benchLeases(b *testing.B, n int) (*Aggregator, []Observation, []string) {
 	obs := make([]Observation, n)
 	for i := range obs {
 		obs[i] = Observation{
-			Resource:        policy.Leases,
+			Resource:        leaseobject.Leases,
 			ResourceVersion: "1",
-			Object: policy.Object{Namespace: fmt.Sprintf("ns-%04d", i%1000), Name: fmt.Sprintf("leader-%05d", i),
-				Spec: policy.Spec{Holder: "pod-0_x", LeaseDuration: 15 * time.Second, RenewTime: t0}},
+			Object: leaseobject.Object{Namespace: fmt.Sprintf("ns-%04d", i%1000), Name: fmt.Sprintf("leader-%05d", i),
+				Spec: leaseobject.Spec{Holder: "pod-0_x", LeaseDuration: 15 * time.Second, RenewTime: t0}},
 			Managers: []ManagedEntry{{Manager: "manager", Time: t0}},
 		}
 		a.Seed(&obs[i])

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -247,7 +248,7 @@ func ParseSortKey(s string) (SortKey, error) {
 type ReportOptions struct {
 	// Namespace and Resource filter; empty means all.
 	Namespace string
-	Resource  policy.Resource
+	Resource  leaseobject.Resource
 	Sort      SortKey
 	// Limit caps the leases listed (not the totals); 0 lists all.
 	Limit int
@@ -348,7 +349,7 @@ func (a *Aggregator) leaseTraffic(k Key, l *lease, now time.Time, since int64, o
 	}
 	duration := l.obj.Spec.LeaseDuration
 	if duration <= 0 {
-		duration = policy.DefaultLeaseDuration
+		duration = leaseobject.DefaultLeaseDuration
 	}
 	lt.LeaseDurationSeconds = duration.Seconds()
 	ref := l.obj.Spec.RenewTime

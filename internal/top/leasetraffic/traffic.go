@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -44,10 +45,10 @@ type ManagedEntry struct {
 
 // Observation is one state of a lease as a watch delivered it.
 type Observation struct {
-	Resource        policy.Resource
+	Resource        leaseobject.Resource
 	ResourceVersion string
 	// Object holds the fields the decision core reads.
-	Object policy.Object
+	Object leaseobject.Object
 	// Transitions is spec.leaseTransitions of a Lease, or
 	// status.globalLeaseTransitions of a MultiClusterLease.
 	Transitions int32
@@ -57,7 +58,7 @@ type Observation struct {
 
 // Key identifies a lease.
 type Key struct {
-	Resource  policy.Resource
+	Resource  leaseobject.Resource
 	Namespace string
 	Name      string
 }
@@ -83,7 +84,7 @@ type Projection struct {
 // a creation), the object it stored, the time it was observed, and whether
 // it was a status write.
 type Projector interface {
-	Project(res policy.Resource, old, new *policy.Object, at time.Time, status bool) Projection
+	Project(res leaseobject.Resource, old, new *leaseobject.Object, at time.Time, status bool) Projection
 }
 
 // event is one observed write, kept small: the ring of a lease holds these.
@@ -108,7 +109,7 @@ type writerSlot struct {
 }
 
 type lease struct {
-	obj         policy.Object
+	obj         leaseobject.Object
 	rv          string
 	transitions int32
 	managers    [MaxWriters]ManagedEntry
@@ -216,9 +217,9 @@ func (a *Aggregator) Observe(o *Observation, at time.Time) {
 	status := false
 	if w, ok := l.writer(o.Managers); ok {
 		ev.writer = l.writerIndex(w.Manager, w.Subresource)
-		status = w.Subresource == policy.StatusSubresource
+		status = w.Subresource == leaseobject.StatusSubresource
 	}
-	var old *policy.Object
+	var old *leaseobject.Object
 	if !created {
 		old = &l.obj
 		prev, cur := &l.obj.Spec, &o.Object.Spec
@@ -245,7 +246,7 @@ func (a *Aggregator) Observe(o *Observation, at time.Time) {
 }
 
 // Delete forgets a lease that was deleted.
-func (a *Aggregator) Delete(res policy.Resource, namespace, name string) {
+func (a *Aggregator) Delete(res leaseobject.Resource, namespace, name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k := Key{res, namespace, name}

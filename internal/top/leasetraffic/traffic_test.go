@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -21,10 +22,10 @@ type writer struct {
 	manager string
 }
 
-func newWriter(res policy.Resource, ns, name, holder, manager string) *writer {
+func newWriter(res leaseobject.Resource, ns, name, holder, manager string) *writer {
 	w := &writer{manager: manager}
 	w.obs.Resource = res
-	w.obs.Object = policy.Object{Namespace: ns, Name: name, Spec: policy.Spec{Holder: holder, LeaseDuration: 15 * time.Second, RenewTime: t0}}
+	w.obs.Object = leaseobject.Object{Namespace: ns, Name: name, Spec: leaseobject.Spec{Holder: holder, LeaseDuration: 15 * time.Second, RenewTime: t0}}
 	w.obs.Managers = []ManagedEntry{{Manager: manager, Time: t0}}
 	w.obs.ResourceVersion = "1"
 	return w
@@ -80,7 +81,7 @@ func TestRatesAndIntervalsAtKnownPeriods(t *testing.T) {
 		if name == "kcc" {
 			ns = "b"
 		}
-		writers[name] = newWriter(policy.Leases, ns, name, "h", "m")
+		writers[name] = newWriter(leaseobject.Leases, ns, name, "h", "m")
 		a.Seed(&writers[name].obs)
 	}
 	a.Start(t0)
@@ -120,7 +121,7 @@ func TestRatesAndIntervalsAtKnownPeriods(t *testing.T) {
 // the whole window.
 func TestRatesBeforeTheWindowFills(t *testing.T) {
 	a := New(Options{Window: time.Minute})
-	w := newWriter(policy.Leases, "a", "x", "h", "m")
+	w := newWriter(leaseobject.Leases, "a", "x", "h", "m")
 	a.Seed(&w.obs)
 	a.Start(t0)
 	for i := 1; i <= 5; i++ {
@@ -134,7 +135,7 @@ func TestRatesBeforeTheWindowFills(t *testing.T) {
 // from the span of its last writes, and says so.
 func TestRateOfABusyLeasePastTheRing(t *testing.T) {
 	a := New(Options{Window: 30 * time.Second})
-	w := newWriter(policy.Leases, "a", "busy", "h", "m")
+	w := newWriter(leaseobject.Leases, "a", "busy", "h", "m")
 	a.Seed(&w.obs)
 	a.Start(t0)
 	for at := t0.Add(50 * time.Millisecond); at.Before(t0.Add(40 * time.Second)); at = at.Add(50 * time.Millisecond) {
@@ -151,8 +152,8 @@ func TestRateOfABusyLeasePastTheRing(t *testing.T) {
 // managers renewing one lease make it contested; a holder change too.
 func TestWritersAndContention(t *testing.T) {
 	a := New(Options{Window: 30 * time.Second})
-	shared := newWriter(policy.MultiClusterLeases, "cnrm-system", "kcc-leader", "cluster-a", "manager-a")
-	handover := newWriter(policy.Leases, "a", "handover", "pod-1", "elector")
+	shared := newWriter(leaseobject.MultiClusterLeases, "cnrm-system", "kcc-leader", "cluster-a", "manager-a")
+	handover := newWriter(leaseobject.Leases, "a", "handover", "pod-1", "elector")
 	a.Seed(&shared.obs)
 	a.Seed(&handover.obs)
 	a.Start(t0)
@@ -188,7 +189,7 @@ func TestWritersAndContention(t *testing.T) {
 // not a write; deleted leases leave the report.
 func TestSeedsRelistsAndDeletes(t *testing.T) {
 	a := New(Options{Window: 30 * time.Second})
-	w := newWriter(policy.Leases, "a", "x", "h", "m")
+	w := newWriter(leaseobject.Leases, "a", "x", "h", "m")
 	a.Seed(&w.obs)
 	a.Start(t0)
 	a.Observe(&w.obs, t0.Add(time.Second)) // same resourceVersion
@@ -200,7 +201,7 @@ func TestSeedsRelistsAndDeletes(t *testing.T) {
 	if l := find(t, a.Report(t0.Add(4*time.Second), ReportOptions{}), "a", "x"); l.Writes != 1 {
 		t.Errorf("%d writes, want 1", l.Writes)
 	}
-	a.Delete(policy.Leases, "a", "x")
+	a.Delete(leaseobject.Leases, "a", "x")
 	if r := a.Report(t0.Add(5*time.Second), ReportOptions{}); len(r.Leases) != 0 || r.Cluster.Leases != 0 {
 		t.Errorf("deleted lease still reported: %+v", r.Leases)
 	}
@@ -208,7 +209,7 @@ func TestSeedsRelistsAndDeletes(t *testing.T) {
 
 func TestFiltersAndLimit(t *testing.T) {
 	a := New(Options{})
-	for _, k := range []Key{{policy.Leases, "a", "1"}, {policy.Leases, "b", "2"}, {policy.MultiClusterLeases, "a", "3"}} {
+	for _, k := range []Key{{leaseobject.Leases, "a", "1"}, {leaseobject.Leases, "b", "2"}, {leaseobject.MultiClusterLeases, "a", "3"}} {
 		w := newWriter(k.Resource, k.Namespace, k.Name, "h", "m")
 		a.Seed(&w.obs)
 	}
@@ -216,7 +217,7 @@ func TestFiltersAndLimit(t *testing.T) {
 	if r := a.Report(t0, ReportOptions{Namespace: "a"}); len(r.Leases) != 2 || r.Cluster.Leases != 2 {
 		t.Errorf("namespace a: %d leases, totals %d", len(r.Leases), r.Cluster.Leases)
 	}
-	if r := a.Report(t0, ReportOptions{Resource: policy.MultiClusterLeases}); len(r.Leases) != 1 || r.Leases[0].Name != "3" {
+	if r := a.Report(t0, ReportOptions{Resource: leaseobject.MultiClusterLeases}); len(r.Leases) != 1 || r.Leases[0].Name != "3" {
 		t.Errorf("multiclusterleases: %+v", r.Leases)
 	}
 	if r := a.Report(t0, ReportOptions{Limit: 1, Sort: SortName}); len(r.Leases) != 1 || r.Cluster.Leases != 3 || r.Leases[0].Name != "1" {
@@ -238,7 +239,7 @@ func TestParseSortKey(t *testing.T) {
 // set.
 type countingProjector struct{ coalesce bool }
 
-func (c countingProjector) Project(_ policy.Resource, old, new *policy.Object, _ time.Time, status bool) Projection {
+func (c countingProjector) Project(_ leaseobject.Resource, old, new *leaseobject.Object, _ time.Time, status bool) Projection {
 	switch {
 	case status || old == nil:
 		return Projection{}
@@ -252,7 +253,7 @@ func (c countingProjector) Project(_ policy.Resource, old, new *policy.Object, _
 
 func TestProjectionCounts(t *testing.T) {
 	a := New(Options{Window: 30 * time.Second, Projector: countingProjector{}})
-	w := newWriter(policy.Leases, "a", "x", "h", "m")
+	w := newWriter(leaseobject.Leases, "a", "x", "h", "m")
 	a.Seed(&w.obs)
 	a.Start(t0)
 	for i := 1; i <= 5; i++ {
@@ -281,7 +282,7 @@ func TestProjectionCounts(t *testing.T) {
 // not admitted either (never stored).
 func TestProjectionCountsCoalesced(t *testing.T) {
 	a := New(Options{Window: 30 * time.Second, Projector: countingProjector{coalesce: true}})
-	w := newWriter(policy.Leases, "a", "x", "h", "m")
+	w := newWriter(leaseobject.Leases, "a", "x", "h", "m")
 	a.Seed(&w.obs)
 	a.Start(t0)
 	for i := 1; i <= 6; i++ {
@@ -304,7 +305,7 @@ func TestProjectionCountsCoalesced(t *testing.T) {
 // Observing a renewal does not allocate once the lease's ring has grown.
 func TestObserveDoesNotAllocate(t *testing.T) {
 	a := New(Options{Window: 30 * time.Second})
-	w := newWriter(policy.Leases, "a", "x", "h", "m")
+	w := newWriter(leaseobject.Leases, "a", "x", "h", "m")
 	a.Seed(&w.obs)
 	a.Start(t0)
 	rvs := make([]string, 1000)
@@ -338,7 +339,7 @@ func TestConcurrentObserveAndReport(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := newWriter(policy.Leases, "ns", fmt.Sprint("lease-", g), "h", "m")
+			w := newWriter(leaseobject.Leases, "ns", fmt.Sprint("lease-", g), "h", "m")
 			a.Seed(&w.obs)
 			for i := 1; i <= 500; i++ {
 				w.write(a, t0.Add(time.Duration(i)*10*time.Millisecond), "")

@@ -10,7 +10,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // countingSink counts deliveries and passes them on (to nothing for the
@@ -33,7 +33,7 @@ func (s *countingSink) Observe(o *leasetraffic.Observation, at time.Time) {
 	s.delivered.Add(1)
 }
 
-func (s *countingSink) Delete(res policy.Resource, ns, name string) {
+func (s *countingSink) Delete(res leaseobject.Resource, ns, name string) {
 	if s.next != nil {
 		s.next.Delete(res, ns, name)
 	}
@@ -60,7 +60,7 @@ func BenchmarkInformerEvent(b *testing.B) {
 			if sink == "aggregator" {
 				counter.next = leasetraffic.New(leasetraffic.Options{Window: 30 * time.Second})
 			}
-			if _, err := StartSources(ctx, []Source{{Resource: policy.Leases, ListerWatcher: src, Example: &coordinationv1.Lease{}}}, counter, nil); err != nil {
+			if _, err := StartSources(ctx, []Source{{Resource: leaseobject.Leases, ListerWatcher: src, Example: &coordinationv1.Lease{}}}, counter, nil); err != nil {
 				b.Fatal(err)
 			}
 			at := time.Now()

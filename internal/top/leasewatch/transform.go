@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // observed is what the informer caches instead of the full object: the
@@ -32,7 +32,7 @@ func (o *observed) DeepCopyObject() runtime.Object {
 }
 
 // transform cuts an object down before the informer caches it.
-func transform(res policy.Resource) cache.TransformFunc {
+func transform(res leaseobject.Resource) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *coordinationv1.Lease:
@@ -46,7 +46,7 @@ func transform(res policy.Resource) cache.TransformFunc {
 	}
 }
 
-func newObserved(res policy.Resource, m metav1.Object) *observed {
+func newObserved(res leaseobject.Resource, m metav1.Object) *observed {
 	o := &observed{ObjectMeta: metav1.ObjectMeta{
 		Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion(),
 	}}
@@ -55,7 +55,7 @@ func newObserved(res policy.Resource, m metav1.Object) *observed {
 	obj := &o.obs.Object
 	obj.Name, obj.Namespace = o.Name, o.Namespace
 	obj.CreationTimestamp = m.GetCreationTimestamp().Time
-	if d, ok := m.GetAnnotations()[policy.DesignationAnnotation]; ok {
+	if d, ok := m.GetAnnotations()[leaseobject.DesignationAnnotation]; ok {
 		obj.Designated, obj.HasDesignation = d, true
 	}
 	managed := m.GetManagedFields()
@@ -76,7 +76,7 @@ func newObserved(res policy.Resource, m metav1.Object) *observed {
 }
 
 func fromLease(l *coordinationv1.Lease) *observed {
-	o := newObserved(policy.Leases, l)
+	o := newObserved(leaseobject.Leases, l)
 	s := &o.obs.Object.Spec
 	if h := l.Spec.HolderIdentity; h != nil {
 		s.Holder = *h
@@ -107,7 +107,7 @@ func fromLease(l *coordinationv1.Lease) *observed {
 // resource is stored as written, so a field of the wrong shape is left
 // unset rather than failing the watch.
 func fromMultiClusterLease(u *unstructured.Unstructured) *observed {
-	o := newObserved(policy.MultiClusterLeases, u)
+	o := newObserved(leaseobject.MultiClusterLeases, u)
 	s := &o.obs.Object.Spec
 	s.Holder, _, _ = unstructured.NestedString(u.Object, "spec", "holderIdentity")
 	s.RenewTime = nestedTime(u, "spec", "renewTime")

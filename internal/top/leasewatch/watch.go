@@ -28,14 +28,14 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // Sink receives what the informers deliver (leasetraffic.Aggregator).
 type Sink interface {
 	Seed(o *leasetraffic.Observation)
 	Observe(o *leasetraffic.Observation, at time.Time)
-	Delete(res policy.Resource, namespace, name string)
+	Delete(res leaseobject.Resource, namespace, name string)
 	Start(now time.Time)
 }
 
@@ -45,7 +45,7 @@ type Options struct {
 	// Namespace limits the watches to one namespace; all when empty.
 	Namespace string
 	// Resources to watch; both when empty.
-	Resources []policy.Resource
+	Resources []leaseobject.Resource
 	// Now is the clock of observations; time.Now when nil.
 	Now func() time.Time
 }
@@ -55,7 +55,7 @@ type Status struct {
 	mu sync.Mutex
 	// Watching lists the resources watched; Skipped explains those that
 	// are not (the MultiClusterLease CRD is not installed).
-	Watching []policy.Resource
+	Watching []leaseobject.Resource
 	Skipped  []string
 	lastErr  string
 	errAt    time.Time
@@ -76,7 +76,7 @@ func (s *Status) setError(err error) {
 
 // Source is one resource to watch and where its list and watch come from.
 type Source struct {
-	Resource      policy.Resource
+	Resource      leaseobject.Resource
 	ListerWatcher cache.ListerWatcher
 	// Example is the type the list-watch returns (*coordinationv1.Lease or
 	// *unstructured.Unstructured).
@@ -88,7 +88,7 @@ type Source struct {
 func Start(ctx context.Context, o Options, sink Sink) (*Status, error) {
 	resources := o.Resources
 	if len(resources) == 0 {
-		resources = []policy.Resource{policy.Leases, policy.MultiClusterLeases}
+		resources = []leaseobject.Resource{leaseobject.Leases, leaseobject.MultiClusterLeases}
 	}
 	var sources []Source
 	var skipped []string
@@ -156,13 +156,13 @@ var errNoCRD = errors.New("CRD not installed")
 // listWatch builds the list-watch of one resource after checking that the
 // caller may list it, so a missing permission is an error naming it rather
 // than an informer retrying for ever.
-func listWatch(ctx context.Context, o Options, res policy.Resource) (cache.ListerWatcher, runtime.Object, error) {
+func listWatch(ctx context.Context, o Options, res leaseobject.Resource) (cache.ListerWatcher, runtime.Object, error) {
 	where := "in all namespaces"
 	if o.Namespace != "" {
 		where = "in namespace " + o.Namespace
 	}
 	switch res {
-	case policy.Leases:
+	case leaseobject.Leases:
 		cfg := rest.CopyConfig(o.Config)
 		// Protobuf halves the cost of decoding thousands of lease events a second.
 		cfg.ContentType = runtime.ContentTypeProtobuf
@@ -183,7 +183,7 @@ func listWatch(ctx context.Context, o Options, res policy.Resource) (cache.Liste
 				return leases.Watch(ctx, opts)
 			},
 		}, &coordinationv1.Lease{}, nil
-	case policy.MultiClusterLeases:
+	case leaseobject.MultiClusterLeases:
 		disc, err := discovery.NewDiscoveryClientForConfig(o.Config)
 		if err != nil {
 			return nil, nil, err
@@ -221,7 +221,7 @@ func accessError(resource, where string, err error) error {
 	return fmt.Errorf("listing %s %s: %w", resource, where, err)
 }
 
-func handler(res policy.Resource, sink Sink, now func() time.Time) cache.ResourceEventHandler {
+func handler(res leaseobject.Resource, sink Sink, now func() time.Time) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			o, ok := obj.(*observed)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // The initial list seeds the aggregator; every later delivery with a new
@@ -20,11 +20,11 @@ func TestInformerFeedsTheAggregator(t *testing.T) {
 	defer cancel()
 	src := &leasewatchtest.Leases{N: 3, Namespaces: 2}
 	counter := &countingSink{next: leasetraffic.New(leasetraffic.Options{Window: time.Minute})}
-	st, err := StartSources(ctx, []Source{{Resource: policy.Leases, ListerWatcher: src, Example: &coordinationv1.Lease{}}}, counter, nil)
+	st, err := StartSources(ctx, []Source{{Resource: leaseobject.Leases, ListerWatcher: src, Example: &coordinationv1.Lease{}}}, counter, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Watching) != 1 || st.Watching[0] != policy.Leases {
+	if len(st.Watching) != 1 || st.Watching[0] != leaseobject.Leases {
 		t.Fatalf("watching %v", st.Watching)
 	}
 	now := time.Now()
@@ -52,7 +52,7 @@ func TestInformerFeedsTheAggregator(t *testing.T) {
 func TestMultiClusterLeaseFieldsOfTheWrongShape(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "x", "namespace": "ns", "resourceVersion": "7",
-			"annotations": map[string]any{policy.DesignationAnnotation: "someone"}},
+			"annotations": map[string]any{leaseobject.DesignationAnnotation: "someone"}},
 		"spec": map[string]any{"holderIdentity": "cluster-a", "renewTime": "yesterday", "leaseDurationSeconds": "15", "retryPeriodSeconds": int64(-1),
 			"renewDeadlineSeconds": int64(10)},
 		"status": map[string]any{"globalLeaseTransitions": int64(4)},
@@ -63,7 +63,7 @@ func TestMultiClusterLeaseFieldsOfTheWrongShape(t *testing.T) {
 		o.obs.Transitions != 4 || o.obs.Object.Designated != "someone" || o.obs.ResourceVersion != "7" {
 		t.Fatalf("read %+v", o.obs)
 	}
-	if _, err := transform(policy.MultiClusterLeases)(42); err == nil {
+	if _, err := transform(leaseobject.MultiClusterLeases)(42); err == nil {
 		t.Fatal("an unexpected object type was accepted")
 	}
 }

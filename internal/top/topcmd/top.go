@@ -30,6 +30,7 @@ import (
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
 	"github.com/leaseguard/leaseguard/internal/top/topui"
 	"github.com/leaseguard/leaseguard/internal/top/webhookstats"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
@@ -121,7 +122,7 @@ type topSettings struct {
 	// is then empty).
 	printer   printers.ResourcePrinter
 	sort      leasetraffic.SortKey
-	resources []policy.Resource
+	resources []leaseobject.Resource
 	projector leasetraffic.Projector
 	// webhookStats are the /debug/leases URLs of the webhook replicas.
 	webhookStats []string
@@ -168,9 +169,9 @@ func (o *topOptions) check(cmd *cobra.Command) (*topSettings, error) {
 	switch o.resource {
 	case "all", "":
 	case "leases", "lease":
-		s.resources = []policy.Resource{policy.Leases}
+		s.resources = []leaseobject.Resource{leaseobject.Leases}
 	case "multiclusterleases", "multiclusterlease", "mcl":
-		s.resources = []policy.Resource{policy.MultiClusterLeases}
+		s.resources = []leaseobject.Resource{leaseobject.MultiClusterLeases}
 	default:
 		return nil, fmt.Errorf("--resource %q: want leases, multiclusterleases or all", o.resource)
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -21,15 +21,15 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 func source(n int) (Source, *[]leasetraffic.ReportOptions) {
 	a := leasetraffic.New(leasetraffic.Options{Window: 10 * time.Second})
 	for i := 0; i < n; i++ {
-		o := &leasetraffic.Observation{Resource: policy.Leases, ResourceVersion: "1",
-			Object: policy.Object{Namespace: []string{"team-a", "team-b"}[i%2], Name: "lease-" + string(rune('a'+i)),
-				Spec: policy.Spec{Holder: "pod-0_x", RenewTime: t0, LeaseDuration: 15 * time.Second}},
+		o := &leasetraffic.Observation{Resource: leaseobject.Leases, ResourceVersion: "1",
+			Object: leaseobject.Object{Namespace: []string{"team-a", "team-b"}[i%2], Name: "lease-" + string(rune('a'+i)),
+				Spec: leaseobject.Spec{Holder: "pod-0_x", RenewTime: t0, LeaseDuration: 15 * time.Second}},
 			Managers: []leasetraffic.ManagedEntry{{Manager: "m1", Time: t0}}}
 		a.Seed(o)
 	}
 	a.Start(t0)
-	shared := &leasetraffic.Observation{Resource: policy.MultiClusterLeases, ResourceVersion: "2",
-		Object:   policy.Object{Namespace: "team-a", Name: "shared", Spec: policy.Spec{Holder: "cluster-a", RenewTime: t0.Add(time.Second)}},
+	shared := &leasetraffic.Observation{Resource: leaseobject.MultiClusterLeases, ResourceVersion: "2",
+		Object:   leaseobject.Object{Namespace: "team-a", Name: "shared", Spec: leaseobject.Spec{Holder: "cluster-a", RenewTime: t0.Add(time.Second)}},
 		Managers: []leasetraffic.ManagedEntry{{Manager: "m1", Time: t0.Add(time.Second)}, {Manager: "m2", Time: t0}}}
 	a.Observe(shared, t0.Add(time.Second))
 	s2 := *shared
@@ -63,7 +63,7 @@ func TestWriteFormats(t *testing.T) {
 	}
 	wh, _ := source(3)
 	withWebhook := wh(leasetraffic.ReportOptions{Webhook: map[leasetraffic.Key]*leasetraffic.WebhookTraffic{
-		{Resource: policy.MultiClusterLeases, Namespace: "team-a", Name: "shared"}: {Requests: 5, Verdicts: leasetraffic.WebhookVerdicts{Allow: 3, Deny: 2},
+		{Resource: leaseobject.MultiClusterLeases, Namespace: "team-a", Name: "shared"}: {Requests: 5, Verdicts: leasetraffic.WebhookVerdicts{Allow: 3, Deny: 2},
 			Users: []leasetraffic.UserRequests{{User: "system:serviceaccount:a:x", Requests: 3}, {User: "system:serviceaccount:a:y", Requests: 2}}},
 	}})
 	withWebhook.WebhookSources = []string{"http://127.0.0.1:8080/debug/leases"}
@@ -114,7 +114,7 @@ func TestLiveViewKeysAndLayout(t *testing.T) {
 	m.Update(tea.KeyPressMsg{Code: 'r', Text: "r"})
 	m.Update(tea.KeyPressMsg{Code: 'w', Text: "w"})
 	last := (*asked)[len(*asked)-1]
-	if last.Sort != leasetraffic.SortName || last.Resource != policy.Leases || !m.wide {
+	if last.Sort != leasetraffic.SortName || last.Resource != leaseobject.Leases || !m.wide {
 		t.Errorf("after s, r, w: sort %q, resource %q, wide %v", last.Sort, last.Resource, m.wide)
 	}
 	if _, cmd := m.Update(tea.KeyPressMsg{Code: 'q', Text: "q"}); cmd == nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // Source builds a report with the given options.
@@ -210,12 +210,12 @@ func nextSort(k leasetraffic.SortKey) leasetraffic.SortKey {
 	return leasetraffic.SortRate
 }
 
-func nextResource(r policy.Resource) policy.Resource {
+func nextResource(r leaseobject.Resource) leaseobject.Resource {
 	switch r {
 	case "":
-		return policy.Leases
-	case policy.Leases:
-		return policy.MultiClusterLeases
+		return leaseobject.Leases
+	case leaseobject.Leases:
+		return leaseobject.MultiClusterLeases
 	}
 	return ""
 }

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 )
 
@@ -80,7 +80,7 @@ func (t *Tracker) Poll(ctx context.Context, now time.Time) error {
 		}
 		for i := range s.Leases {
 			l := &s.Leases[i]
-			k := leasetraffic.Key{Resource: policy.Resource(l.Resource), Namespace: l.Namespace, Name: l.Name}
+			k := leasetraffic.Key{Resource: leaseobject.Resource(l.Resource), Namespace: l.Namespace, Name: l.Name}
 			c := snap.leases[k]
 			if c == nil {
 				c = &counts{users: map[string]int64{}}

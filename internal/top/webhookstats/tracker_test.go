@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/serve/leasestats"
 )
@@ -35,7 +36,7 @@ func TestTrafficWithinTheWindowAcrossReplicas(t *testing.T) {
 	}
 	shared := func(r int, user string, v policy.Verdict, n int) {
 		for i := 0; i < n; i++ {
-			replicas[r].Observe(policy.MultiClusterLeases, "cnrm-system", "kcc-leader", user, v)
+			replicas[r].Observe(leaseobject.MultiClusterLeases, "cnrm-system", "kcc-leader", user, v)
 		}
 	}
 	shared(0, userA, policy.Allow, 100) // before the window
@@ -53,7 +54,7 @@ func TestTrafficWithinTheWindowAcrossReplicas(t *testing.T) {
 	if err := tr.Poll(ctx, t0.Add(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	got := tr.Traffic()[leasetraffic.Key{Resource: policy.MultiClusterLeases, Namespace: "cnrm-system", Name: "kcc-leader"}]
+	got := tr.Traffic()[leasetraffic.Key{Resource: leaseobject.MultiClusterLeases, Namespace: "cnrm-system", Name: "kcc-leader"}]
 	want := &leasetraffic.WebhookTraffic{Requests: 17, Verdicts: leasetraffic.WebhookVerdicts{Allow: 10, Deny: 7}}
 	if got == nil || got.Requests != want.Requests || got.Verdicts != want.Verdicts || len(got.Users) != 2 {
 		t.Fatalf("traffic %+v, want %+v from both users", got, want)
@@ -63,7 +64,7 @@ func TestTrafficWithinTheWindowAcrossReplicas(t *testing.T) {
 	if err := tr.Poll(ctx, t0.Add(40*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	got = tr.Traffic()[leasetraffic.Key{Resource: policy.MultiClusterLeases, Namespace: "cnrm-system", Name: "kcc-leader"}]
+	got = tr.Traffic()[leasetraffic.Key{Resource: leaseobject.MultiClusterLeases, Namespace: "cnrm-system", Name: "kcc-leader"}]
 	if got == nil || got.Requests != 3 || fmt.Sprint(got.Users) != fmt.Sprint([]leasetraffic.UserRequests{{User: userB, Requests: 3}}) {
 		t.Fatalf("traffic of the last window %+v, want 3 denied requests of %s", got, userB)
 	}

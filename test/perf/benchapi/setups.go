@@ -21,6 +21,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/procstat"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 	"github.com/leaseguard/leaseguard/webhook/render/manifests"
@@ -197,7 +198,7 @@ func (b *bench) as(user, pod string) (kubernetes.Interface, error) {
 	cfg.QPS, cfg.Burst = 5000, 5000
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	if pod != "" {
-		cfg.Impersonate.Extra = map[string][]string{policy.PodNameExtra: {pod}}
+		cfg.Impersonate.Extra = map[string][]string{leaseobject.PodNameExtra: {pod}}
 	}
 	return kubernetes.NewForConfig(cfg)
 }

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // The acknowledged renewal is the hot path of namespace mode: a manager that
@@ -33,7 +33,7 @@ func mcl(renew, stamp string) *unstructured.Unstructured {
 		"metadata": map[string]any{
 			"name": "kcc-leader", "namespace": "cnrm-system", "resourceVersion": "42", "generation": int64(7),
 			"uid":         "6f1c1b5e-0a39-4c55-9a2e-4e0f0c2b7d11",
-			"annotations": map[string]any{policy.DesignationAnnotation: kccManager + "team-a"},
+			"annotations": map[string]any{leaseobject.DesignationAnnotation: kccManager + "team-a"},
 			"managedFields": []any{
 				map[string]any{"manager": "manager", "operation": "Update", "apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1",
 					"time": stamp, "fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:spec": map[string]any{
@@ -64,7 +64,7 @@ func acknowledgedRenewal(asSent bool) *admission.VersionedAttributes {
 	attrs := admission.NewAttributesRecord(nw, old, gvk, "cnrm-system", "kcc-leader",
 		schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: "multiclusterleases"}, "", admission.Update, &metav1.UpdateOptions{}, false,
 		&user.DefaultInfo{Name: kccManager + "team-b", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:cnrm-system", "system:authenticated"},
-			Extra: map[string][]string{policy.PodNameExtra: {"cnrm-controller-manager-team-b-0"}}})
+			Extra: map[string][]string{leaseobject.PodNameExtra: {"cnrm-controller-manager-team-b-0"}}})
 	return &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk,
 		VersionedObject: admission.NewLazyObject(nw), VersionedOldObject: admission.NewLazyObject(old)}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/utils/ptr"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 	"github.com/leaseguard/leaseguard/webhook/render/manifests"
@@ -83,7 +84,7 @@ func write(coalesced bool) *admission.VersionedAttributes {
 	attrs := admission.NewAttributesRecord(nw, old, gvk, "cnrm-system", "kcc-leader-team-a",
 		schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, "", admission.Update, &metav1.UpdateOptions{}, false,
 		&user.DefaultInfo{Name: "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a", Groups: []string{"system:serviceaccounts"},
-			Extra: map[string][]string{policy.PodNameExtra: {"cnrm-controller-manager-team-a-0"}}})
+			Extra: map[string][]string{leaseobject.PodNameExtra: {"cnrm-controller-manager-team-a-0"}}})
 	return &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk,
 		VersionedObject: admission.NewLazyObject(nw), VersionedOldObject: admission.NewLazyObject(old)}
 }

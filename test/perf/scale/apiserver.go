@@ -34,7 +34,7 @@ import (
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/test/controlplane"
 	"github.com/leaseguard/leaseguard/test/procstat"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/render/manifests"
 )
 
@@ -183,7 +183,7 @@ type elector struct {
 func (f *fleet) startElector(ctx context.Context, i int, pod string, retryPeriod, delay time.Duration) (*elector, error) {
 	id := managerID(i)
 	cfg := rest.CopyConfig(f.cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: managerPrefix + id, Extra: map[string][]string{policy.PodNameExtra: {pod}}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: managerPrefix + id, Extra: map[string][]string{leaseobject.PodNameExtra: {pod}}}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &countingTransport{next: rt, c: f.leases} })
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -430,7 +430,7 @@ func followWrites(ctx context.Context, admin kubernetes.Interface, dyn dynamic.I
 	}, func(ev watch.Event) {
 		w.record(true)
 		if u, ok := ev.Object.(*unstructured.Unstructured); ok {
-			if d := u.GetAnnotations()[policy.DesignationAnnotation]; d != last {
+			if d := u.GetAnnotations()[leaseobject.DesignationAnnotation]; d != last {
 				last = d
 				select {
 				case w.designation <- d:
@@ -574,7 +574,7 @@ func currentDesignation(ctx context.Context, f *fleet) string {
 	if err != nil {
 		return ""
 	}
-	return u.GetAnnotations()[policy.DesignationAnnotation]
+	return u.GetAnnotations()[leaseobject.DesignationAnnotation]
 }
 
 func indexOf(lease string) int {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -22,12 +23,12 @@ import (
 // actor is one simulated client and, server side, what it writes.
 type actor struct {
 	shared       bool // a MultiClusterLease candidate, else a Lease elector
-	caller       policy.Caller
-	body         policy.Object // the request in flight (re-sent unchanged on a 429)
+	caller       leaseobject.Caller
+	body         leaseobject.Object // the request in flight (re-sent unchanged on a 429)
 	attemptStart time.Time
 	retries      int
 	arrive       time.Time // when the pending request reaches the server
-	stored       *policy.Object
+	stored       *leaseobject.Object
 	lastWrite    time.Time
 }
 
@@ -100,26 +101,26 @@ func simulate(m mode, o options) (*coreStats, error) {
 	st := &coreStats{mode: m.name, duration: o.coreDuration, leaseRequests: map[int]int64{}, mclRequests: map[int]int64{},
 		writesPerSec: make([]float64, int(o.coreDuration/time.Second))}
 	q := &actorQueue{idx: make([]int32, 0, 2*n), as: make([]actor, 2*n)}
-	shared := &policy.Object{}
+	shared := &leaseobject.Object{}
 	sharedExists := false
 	for i := 0; i < n; i++ {
 		id := managerID(i)
 		pod := podName(id)
-		caller := policy.Caller{Username: managerPrefix + id, PodName: pod}
+		caller := leaseobject.Caller{Username: managerPrefix + id, PodName: pod}
 		// Electors and candidates start at random during a warm-up that is
 		// not counted, so that the fleet renews at random phases.
 		t := first.Add(time.Duration(rng.Int63n(int64(o.coreWarmup))))
 		e := &q.as[2*i]
 		e.caller, e.attemptStart, e.arrive = caller, t, t.Add(oneWay())
-		e.body = policy.Object{Namespace: simNamespace, Name: leasePrefix + id,
-			Spec: policy.Spec{Holder: pod + "_0f8c2d1e", AcquireTime: t, RenewTime: t, LeaseDuration: leaseDuration}}
-		e.stored = &policy.Object{}
+		e.body = leaseobject.Object{Namespace: simNamespace, Name: leasePrefix + id,
+			Spec: leaseobject.Spec{Holder: pod + "_0f8c2d1e", AcquireTime: t, RenewTime: t, LeaseDuration: leaseDuration}}
+		e.stored = &leaseobject.Object{}
 		c := &q.as[2*i+1]
 		c.shared, c.caller = true, caller
 		tc := first.Add(time.Duration(rng.Int63n(int64(o.coreWarmup))))
 		c.attemptStart, c.arrive = tc, tc.Add(oneWay())
-		c.body = policy.Object{Namespace: simNamespace, Name: sharedMCL,
-			Spec: policy.Spec{Holder: clusterID, RenewTime: tc, LeaseDuration: leaseDuration, RetryPeriod: leaseDuration}}
+		c.body = leaseobject.Object{Namespace: simNamespace, Name: sharedMCL,
+			Spec: leaseobject.Spec{Holder: clusterID, RenewTime: tc, LeaseDuration: leaseDuration, RetryPeriod: leaseDuration}}
 		c.stored = shared
 		q.idx = append(q.idx, int32(2*i), int32(2*i+1))
 	}
@@ -131,7 +132,7 @@ func simulate(m mode, o options) (*coreStats, error) {
 	var ru0, ru1 syscall.Rusage
 	wall0 := time.Now()
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	req := policy.Request{}
+	req := leaseobject.Request{}
 	for q.Len() > 0 {
 		i := q.idx[0]
 		a := &q.as[i]
@@ -148,18 +149,18 @@ func simulate(m mode, o options) (*coreStats, error) {
 		// The API server stamps the write's managedFields time.
 		body := a.body
 		body.RenewWrite = now.Truncate(time.Second)
-		req = policy.Request{Caller: a.caller, Now: now, New: &body, Resource: policy.Leases}
+		req = leaseobject.Request{Caller: a.caller, Now: now, New: &body, Resource: leaseobject.Leases}
 		if a.shared {
-			req.Resource = policy.MultiClusterLeases
+			req.Resource = leaseobject.MultiClusterLeases
 			// A merge patch of the four spec fields: the stored metadata
 			// (the designation) stays.
 			if exists {
 				body.Designated, body.HasDesignation = shared.Designated, shared.HasDesignation
 			}
 		}
-		req.Operation = policy.Create
+		req.Operation = leaseobject.Create
 		if exists {
-			req.Operation, req.Old = policy.Update, a.stored
+			req.Operation, req.Old = leaseobject.Update, a.stored
 		}
 		code, stored, retryIn := http.StatusOK, true, time.Duration(0)
 		if p != nil {

@@ -38,7 +38,7 @@ import (
 	"github.com/leaseguard/leaseguard/internal/top/leasetraffic"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch"
 	"github.com/leaseguard/leaseguard/internal/top/leasewatch/leasewatchtest"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 type options struct {
@@ -146,8 +146,8 @@ func (s noopSink) Seed(*leasetraffic.Observation) {}
 func (s noopSink) Observe(*leasetraffic.Observation, time.Time) {
 	s.delivered.Add(1)
 }
-func (s noopSink) Delete(policy.Resource, string, string) {}
-func (s noopSink) Start(time.Time)                        {}
+func (s noopSink) Delete(leaseobject.Resource, string, string) {}
+func (s noopSink) Start(time.Time)                             {}
 
 type countingAggregator struct {
 	*leasetraffic.Aggregator
@@ -170,7 +170,7 @@ func childRound(o options) error {
 		agg = leasetraffic.New(leasetraffic.Options{Window: o.window})
 		sink = countingAggregator{agg, delivered}
 	}
-	if _, err := leasewatch.StartSources(ctx, []leasewatch.Source{{Resource: policy.Leases, ListerWatcher: src, Example: &coordinationv1.Lease{}}}, sink, nil); err != nil {
+	if _, err := leasewatch.StartSources(ctx, []leasewatch.Source{{Resource: leaseobject.Leases, ListerWatcher: src, Example: &coordinationv1.Lease{}}}, sink, nil); err != nil {
 		return err
 	}
 	cpuStart := cpuTime()

@@ -1,8 +1,8 @@
 // Package leaseobject reads what arrives into the decision core's terms: an
-// admission request into a policy.Request (ReadRequest: the caller's
+// admission request into a Request (ReadRequest: the caller's
 // identity once, both objects decoded), and the serialized Lease or
 // MultiClusterLease of a request (JSON) or of a file (YAML) into the
-// normalised policy.Object. It decodes with the API machinery's JSON
+// normalised Object. It decodes with the API machinery's JSON
 // decoder (sigs.k8s.io/json: case-sensitive, the last of duplicate keys,
 // duplicates in what it reads reported) into a deliberately partial typed
 // view of the object: what leaseguard decides on is decoded, everything else
@@ -40,15 +40,14 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // Kind returns the apiVersion and kind that a resource's objects carry.
-func Kind(res policy.Resource) (apiVersion, kind string, ok bool) {
+func Kind(res Resource) (apiVersion, kind string, ok bool) {
 	switch res {
-	case policy.Leases:
+	case Leases:
 		return coordinationv1.SchemeGroupVersion.String(), "Lease", true
-	case policy.MultiClusterLeases:
+	case MultiClusterLeases:
 		return mclv1alpha1.Group + "/" + mclv1alpha1.Version, mclv1alpha1.Kind, true
 	}
 	return "", "", false
@@ -56,7 +55,7 @@ func Kind(res policy.Resource) (apiVersion, kind string, ok bool) {
 
 // Decode reads one object of the given resource from JSON or YAML. A spec
 // field it cannot read is an error (see Strict).
-func Decode(res policy.Resource, data []byte) (*policy.Object, error) {
+func Decode(res Resource, data []byte) (*Object, error) {
 	o, err := DecodeLenient(res, data)
 	if err == nil {
 		err = Strict(o)
@@ -69,7 +68,7 @@ func Decode(res policy.Resource, data []byte) (*policy.Object, error) {
 
 // DecodeLenient reads one object of the given resource from JSON or YAML,
 // recording the spec fields it cannot read in Object.Unreadable.
-func DecodeLenient(res policy.Resource, data []byte) (*policy.Object, error) {
+func DecodeLenient(res Resource, data []byte) (*Object, error) {
 	if _, _, ok := Kind(res); !ok {
 		return nil, fmt.Errorf("resource %q is not guarded by leaseguard (want leases or multiclusterleases)", res)
 	}
@@ -92,7 +91,7 @@ func DecodeLenient(res policy.Resource, data []byte) (*policy.Object, error) {
 // leaves the field as it was, and is decided without it, so that a stored
 // object never becomes one nobody can write (docs/design.md §4). old is nil
 // on CREATE.
-func CheckWritten(old, new *policy.Object) error {
+func CheckWritten(old, new *Object) error {
 	for _, u := range new.Untyped {
 		if old == nil || !holds(old.Untyped, u) {
 			return fmt.Errorf("%s%s", u.Field, u.Problem)
@@ -115,7 +114,7 @@ func CheckWritten(old, new *policy.Object) error {
 }
 
 // holds reports whether list has the field with the very same value.
-func holds(list []policy.Unreadable, u policy.Unreadable) bool {
+func holds(list []Unreadable, u Unreadable) bool {
 	for _, o := range list {
 		if o.Field == u.Field && o.Raw == u.Raw {
 			return true
@@ -125,7 +124,7 @@ func holds(list []policy.Unreadable, u policy.Unreadable) bool {
 }
 
 // Strict turns the first unreadable field of o into an error.
-func Strict(o *policy.Object) error {
+func Strict(o *Object) error {
 	if len(o.Unreadable) == 0 {
 		return nil
 	}
@@ -156,7 +155,7 @@ type wireMetadata struct {
 
 // wireAnnotations holds the one annotation leaseguard reads, and the text
 // of them all (mapText), which a status writer's write must leave as it is.
-// The tag is policy.DesignationAnnotation (a test holds them equal).
+// The tag is DesignationAnnotation (a test holds them equal).
 type wireAnnotations struct {
 	Designated *string `json:"leaseguard.io/designated-manager"`
 	text       mapText
@@ -239,7 +238,7 @@ type wireManagedEntry struct {
 
 // DecodeJSON reads one object of the given resource from JSON as the API
 // machinery does, leniently as DecodeLenient does.
-func DecodeJSON(res policy.Resource, data []byte) (*policy.Object, error) {
+func DecodeJSON(res Resource, data []byte) (*Object, error) {
 	wantVersion, wantKind, ok := Kind(res)
 	if !ok {
 		return nil, fmt.Errorf("resource %q is not guarded by leaseguard (want leases or multiclusterleases)", res)
@@ -259,7 +258,7 @@ func DecodeJSON(res policy.Resource, data []byte) (*policy.Object, error) {
 		return nil, fmt.Errorf("object is %s %s, want %s %s", orMissing(oneline.Clip(w.APIVersion)), orMissing(oneline.Clip(w.Kind)), wantVersion, wantKind)
 	}
 	m := &w.Metadata
-	o := &policy.Object{Name: m.Name, Namespace: m.Namespace, GenerateName: m.GenerateName}
+	o := &Object{Name: m.Name, Namespace: m.Namespace, GenerateName: m.GenerateName}
 	if m.CreationTimestamp != "" {
 		if o.CreationTimestamp, err = ParseTime(m.CreationTimestamp); err != nil {
 			return nil, fmt.Errorf("metadata.creationTimestamp: %w", err)
@@ -434,13 +433,13 @@ func renewWrite(entries []managedEntry) time.Time {
 
 // managedTimes lists every managedFields entry's time with its key. Times
 // longer than any the API server writes are kept as text only.
-func managedTimes(entries []managedEntry) []policy.ManagedTime {
-	var out []policy.ManagedTime
+func managedTimes(entries []managedEntry) []ManagedTime {
+	var out []ManagedTime
 	for _, e := range entries {
 		if e.time == "" {
 			continue
 		}
-		m := policy.ManagedTime{Key: e.key, Raw: e.time[:min(len(e.time), maxManagedTimeBytes)], RenewWriter: e.renewTime && !e.subresouce}
+		m := ManagedTime{Key: e.key, Raw: e.time[:min(len(e.time), maxManagedTimeBytes)], RenewWriter: e.renewTime && !e.subresouce}
 		if len(e.time) <= maxManagedTimeBytes {
 			m.Time, _ = parseTime(e.time)
 		}
@@ -473,8 +472,8 @@ func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "
 
 // unreadable records a spec field leaseguard cannot read; problem reads on
 // from the field's name (": want string, ...", " is negative (-1)").
-func unreadable(o *policy.Object, name string, raw json.RawMessage, problem string) {
-	o.Unreadable = append(o.Unreadable, policy.Unreadable{Field: "spec." + name, Raw: rawKey(raw), Problem: problem})
+func unreadable(o *Object, name string, raw json.RawMessage, problem string) {
+	o.Unreadable = append(o.Unreadable, Unreadable{Field: "spec." + name, Raw: rawKey(raw), Problem: problem})
 }
 
 // maxRawBytes is the longest JSON text kept as an unreadable field's Raw;
@@ -492,7 +491,7 @@ func rawKey(raw json.RawMessage) string {
 	return strconv.Itoa(len(raw)) + " bytes, sha256 " + hex.EncodeToString(sum[:])
 }
 
-func specStr(o *policy.Object, name string, raw json.RawMessage) string {
+func specStr(o *Object, name string, raw json.RawMessage) string {
 	if !present(raw) {
 		return ""
 	}
@@ -505,7 +504,7 @@ func specStr(o *policy.Object, name string, raw json.RawMessage) string {
 }
 
 // specTime reads a time as the API server accepts it (ParseTime).
-func specTime(o *policy.Object, name string, raw json.RawMessage) time.Time {
+func specTime(o *Object, name string, raw json.RawMessage) time.Time {
 	if !present(raw) {
 		return time.Time{}
 	}
@@ -523,14 +522,14 @@ func specTime(o *policy.Object, name string, raw json.RawMessage) time.Time {
 		return t
 	}
 	if !TypedTime(s) {
-		o.Untyped = append(o.Untyped, policy.Unreadable{Field: "spec." + name, Raw: rawKey(raw),
+		o.Untyped = append(o.Untyped, Unreadable{Field: "spec." + name, Raw: rawKey(raw),
 			Problem: " \"" + oneline.Clip(s) + "\" cannot be read by typed clients (metav1.MicroTime): write it as " + MicroTimeLayout})
 	}
 	return t
 }
 
 // specCount reads a non-negative int32.
-func specCount(o *policy.Object, name string, raw json.RawMessage) int32 {
+func specCount(o *Object, name string, raw json.RawMessage) int32 {
 	if !present(raw) {
 		return 0
 	}
@@ -561,7 +560,7 @@ func orMissing(s string) string {
 
 // DecodeAny reads a Lease or a MultiClusterLease, telling which from its
 // apiVersion and kind. An unreadable spec field is an error.
-func DecodeAny(data []byte) (policy.Resource, *policy.Object, error) {
+func DecodeAny(data []byte) (Resource, *Object, error) {
 	res, o, err := DecodeAnyLenient(data)
 	if err == nil {
 		err = Strict(o)
@@ -574,7 +573,7 @@ func DecodeAny(data []byte) (policy.Resource, *policy.Object, error) {
 
 // DecodeAnyLenient is DecodeAny recording unreadable spec fields in
 // Object.Unreadable, as DecodeLenient does.
-func DecodeAnyLenient(data []byte) (policy.Resource, *policy.Object, error) {
+func DecodeAnyLenient(data []byte) (Resource, *Object, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return "", nil, fmt.Errorf("empty object")
@@ -586,7 +585,7 @@ func DecodeAnyLenient(data []byte) (policy.Resource, *policy.Object, error) {
 	if err := yaml.Unmarshal(trimmed, &head); err != nil {
 		return "", nil, fmt.Errorf("not JSON or YAML: %w", err)
 	}
-	for _, res := range []policy.Resource{policy.Leases, policy.MultiClusterLeases} {
+	for _, res := range []Resource{Leases, MultiClusterLeases} {
 		if v, k, _ := Kind(res); head.APIVersion == v && head.Kind == k {
 			o, err := DecodeLenient(res, trimmed)
 			return res, o, err

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 var (
@@ -92,13 +90,13 @@ status:
   globalHolderIdentity: cluster-1/pod-a
 `
 
-var wantLease = policy.Object{
+var wantLease = Object{
 	Namespace:         "cnrm-system",
 	Name:              "kcc-leader-team-a",
 	CreationTimestamp: creation,
 	Designated:        "system:serviceaccount:cnrm-system:mgr-a",
 	HasDesignation:    true,
-	Spec: policy.Spec{
+	Spec: Spec{
 		Holder:          "pod-a_1234",
 		RenewTime:       renew,
 		AcquireTime:     acquire,
@@ -109,11 +107,11 @@ var wantLease = policy.Object{
 	},
 }
 
-var wantMCL = policy.Object{
+var wantMCL = Object{
 	Namespace:         "cnrm-system",
 	Name:              "kcc-leader",
 	CreationTimestamp: creation,
-	Spec: policy.Spec{
+	Spec: Spec{
 		Holder:        "cluster-1/pod-a",
 		RenewTime:     renew,
 		LeaseDuration: 30 * time.Second,
@@ -123,7 +121,7 @@ var wantMCL = policy.Object{
 }
 
 // sameObject compares objects field by field, times as instants.
-func sameObject(t *testing.T, got *policy.Object, want *policy.Object) {
+func sameObject(t *testing.T, got *Object, want *Object) {
 	t.Helper()
 	if got == nil {
 		t.Fatal("nil object")
@@ -164,66 +162,42 @@ func sameObject(t *testing.T, got *policy.Object, want *policy.Object) {
 func TestDecode(t *testing.T) {
 	tests := []struct {
 		name string
-		res  policy.Resource
+		res  Resource
 		data string
-		want policy.Object
+		want Object
 	}{
-		{"lease JSON", policy.Leases, leaseJSON, wantLease},
-		{"lease YAML", policy.Leases, leaseYAML, wantLease},
-		{"lease JSON with surrounding whitespace", policy.Leases, "\n\t " + leaseJSON + "\n\n", wantLease},
-		{"MultiClusterLease JSON", policy.MultiClusterLeases, mclJSON, wantMCL},
-		{"MultiClusterLease YAML", policy.MultiClusterLeases, mclYAML, wantMCL},
+		{"lease JSON", Leases, leaseJSON, wantLease},
+		{"lease YAML", Leases, leaseYAML, wantLease},
+		{"lease JSON with surrounding whitespace", Leases, "\n\t " + leaseJSON + "\n\n", wantLease},
+		{"MultiClusterLease JSON", MultiClusterLeases, mclJSON, wantMCL},
+		{"MultiClusterLease YAML", MultiClusterLeases, mclYAML, wantMCL},
 		{
-			"lease without spec",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns"}}`,
-			policy.Object{Namespace: "ns", Name: "l"},
+			"lease without spec", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns"}}`, Object{Namespace: "ns", Name: "l"},
 		},
 		{
-			"released lease: null and empty fields",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":null},
-			  "spec":{"holderIdentity":null,"renewTime":null,"acquireTime":"","leaseDurationSeconds":null,"leaseTransitions":0}}`,
-			policy.Object{Namespace: "ns", Name: "l"},
+			"released lease: null and empty fields", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":null},
+			  "spec":{"holderIdentity":null,"renewTime":null,"acquireTime":"","leaseDurationSeconds":null,"leaseTransitions":0}}`, Object{Namespace: "ns", Name: "l"},
 		},
 		{
-			"designation annotation absent",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":{"other":"x"}},"spec":{"holderIdentity":"h"}}`,
-			policy.Object{Namespace: "ns", Name: "l", Spec: policy.Spec{Holder: "h"}},
+			"designation annotation absent", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":{"other":"x"}},"spec":{"holderIdentity":"h"}}`, Object{Namespace: "ns", Name: "l", Spec: Spec{Holder: "h"}},
 		},
 		{
-			"designation annotation empty",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":{"leaseguard.io/designated-manager":""}}}`,
-			policy.Object{Namespace: "ns", Name: "l", Designated: "", HasDesignation: true},
+			"designation annotation empty", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns","annotations":{"leaseguard.io/designated-manager":""}}}`, Object{Namespace: "ns", Name: "l", Designated: "", HasDesignation: true},
 		},
 		{
-			"designation annotation empty, YAML",
-			policy.MultiClusterLeases,
-			"apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: m\n  annotations:\n    leaseguard.io/designated-manager: \"\"\n",
-			policy.Object{Name: "m", Designated: "", HasDesignation: true},
+			"designation annotation empty, YAML", MultiClusterLeases, "apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: m\n  annotations:\n    leaseguard.io/designated-manager: \"\"\n", Object{Name: "m", Designated: "", HasDesignation: true},
 		},
 		{
-			"renewTime in a non-UTC offset",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"holderIdentity":"h","renewTime":"2026-01-02T17:04:05.123456+02:00"}}`,
-			policy.Object{Name: "l", Spec: policy.Spec{Holder: "h", RenewTime: renew}},
+			"renewTime in a non-UTC offset", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"holderIdentity":"h","renewTime":"2026-01-02T17:04:05.123456+02:00"}}`, Object{Name: "l", Spec: Spec{Holder: "h", RenewTime: renew}},
 		},
 		{
-			"renewTime with nanoseconds and no fraction",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"renewTime":"2026-01-02T15:04:05.123456789Z","acquireTime":"2026-01-02T15:00:00Z"}}`,
-			policy.Object{Name: "l", Spec: policy.Spec{
+			"renewTime with nanoseconds and no fraction", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"renewTime":"2026-01-02T15:04:05.123456789Z","acquireTime":"2026-01-02T15:00:00Z"}}`, Object{Name: "l", Spec: Spec{
 				RenewTime:   time.Date(2026, 1, 2, 15, 4, 5, 123456789, time.UTC),
 				AcquireTime: time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC),
 			}},
 		},
 		{
-			"zero durations",
-			policy.MultiClusterLeases,
-			`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"name":"m"},"spec":{"leaseDurationSeconds":0,"renewDeadlineSeconds":0,"retryPeriodSeconds":0}}`,
-			policy.Object{Name: "m"},
+			"zero durations", MultiClusterLeases, `{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"name":"m"},"spec":{"leaseDurationSeconds":0,"renewDeadlineSeconds":0,"retryPeriodSeconds":0}}`, Object{Name: "m"},
 		},
 	}
 	for _, tc := range tests {
@@ -249,7 +223,7 @@ func TestDecode(t *testing.T) {
 func TestDecodeNonUTCRenewTimeIsSameInstant(t *testing.T) {
 	const data = `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},
 	  "spec":{"holderIdentity":"h","renewTime":"2026-01-02T15:04:05.123456+02:00"}}`
-	o, err := Decode(policy.Leases, []byte(data))
+	o, err := Decode(Leases, []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +235,7 @@ func TestDecodeNonUTCRenewTimeIsSameInstant(t *testing.T) {
 		t.Errorf("RenewTime in UTC %s", got)
 	}
 	// The same instant written in UTC gives an equal spec.
-	utc, err := Decode(policy.Leases, []byte(strings.Replace(data, "2026-01-02T15:04:05.123456+02:00", "2026-01-02T13:04:05.123456Z", 1)))
+	utc, err := Decode(Leases, []byte(strings.Replace(data, "2026-01-02T15:04:05.123456+02:00", "2026-01-02T13:04:05.123456Z", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,100 +249,79 @@ const leaseHead = `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metada
 func TestDecodeErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		res  policy.Resource
+		res  Resource
 		data string
 		// want are substrings of the error.
 		want []string
 	}{
-		{"empty", policy.Leases, "", []string{"empty object"}},
-		{"blank", policy.Leases, " \n\t", []string{"empty object"}},
-		{"unguarded resource", policy.Resource("pods"), "{}", []string{`resource "pods" is not guarded by leaseguard (want leases or multiclusterleases)`}},
+		{"empty", Leases, "", []string{"empty object"}},
+		{"blank", Leases, " \n\t", []string{"empty object"}},
+		{"unguarded resource", Resource("pods"), "{}", []string{`resource "pods" is not guarded by leaseguard (want leases or multiclusterleases)`}},
 		{
-			"lease where a MultiClusterLease is wanted",
-			policy.MultiClusterLeases,
-			leaseJSON,
+			"lease where a MultiClusterLease is wanted", MultiClusterLeases, leaseJSON,
 			[]string{"object is coordination.k8s.io/v1 Lease, want multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease"},
 		},
 		{
-			"MultiClusterLease where a lease is wanted",
-			policy.Leases,
-			mclYAML,
+			"MultiClusterLease where a lease is wanted", Leases, mclYAML,
 			[]string{"object is multicluster.core.cnrm.cloud.google.com/v1alpha1 MultiClusterLease, want coordination.k8s.io/v1 Lease"},
 		},
 		{
-			"wrong apiVersion",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1beta1","kind":"Lease","metadata":{"name":"l"}}`,
+			"wrong apiVersion", Leases, `{"apiVersion":"coordination.k8s.io/v1beta1","kind":"Lease","metadata":{"name":"l"}}`,
 			[]string{"object is coordination.k8s.io/v1beta1 Lease, want coordination.k8s.io/v1 Lease"},
 		},
 		{
-			"wrong kind",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Leases","metadata":{"name":"l"}}`,
+			"wrong kind", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Leases","metadata":{"name":"l"}}`,
 			[]string{"object is coordination.k8s.io/v1 Leases, want coordination.k8s.io/v1 Lease"},
 		},
 		{
-			"apiVersion and kind missing",
-			policy.Leases,
-			`{"metadata":{"name":"l"}}`,
+			"apiVersion and kind missing", Leases, `{"metadata":{"name":"l"}}`,
 			[]string{"object is (missing) (missing), want coordination.k8s.io/v1 Lease"},
 		},
 		{
-			"name missing",
-			policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"namespace":"ns"}}`,
+			"name missing", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"namespace":"ns"}}`,
 			[]string{"metadata.name is missing"},
 		},
 		{
-			"name empty, YAML",
-			policy.MultiClusterLeases,
-			"apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: \"\"\n",
+			"name empty, YAML", MultiClusterLeases, "apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: \"\"\n",
 			[]string{"metadata.name is missing"},
 		},
-		{"negative leaseDurationSeconds", policy.Leases, leaseHead + `{"leaseDurationSeconds":-15}}`, []string{"spec.leaseDurationSeconds", "negative (-15)"}},
-		{"negative renewDeadlineSeconds", policy.MultiClusterLeases,
-			`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"name":"m"},"spec":{"renewDeadlineSeconds":-2}}`,
+		{"negative leaseDurationSeconds", Leases, leaseHead + `{"leaseDurationSeconds":-15}}`, []string{"spec.leaseDurationSeconds", "negative (-15)"}},
+		{"negative renewDeadlineSeconds", MultiClusterLeases, `{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"name":"m"},"spec":{"renewDeadlineSeconds":-2}}`,
 			[]string{"spec.renewDeadlineSeconds", "negative (-2)"}},
-		{"negative retryPeriodSeconds", policy.MultiClusterLeases,
-			"apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: m\nspec:\n  retryPeriodSeconds: -1\n",
+		{"negative retryPeriodSeconds", MultiClusterLeases, "apiVersion: multicluster.core.cnrm.cloud.google.com/v1alpha1\nkind: MultiClusterLease\nmetadata:\n  name: m\nspec:\n  retryPeriodSeconds: -1\n",
 			[]string{"spec.retryPeriodSeconds", "negative (-1)"}},
-		{"negative leaseTransitions", policy.Leases, leaseHead + `{"leaseTransitions":-3}}`, []string{"spec.leaseTransitions", "negative (-3)"}},
-		{"unparsable renewTime", policy.Leases, leaseHead + `{"renewTime":"yesterday"}}`,
+		{"negative leaseTransitions", Leases, leaseHead + `{"leaseTransitions":-3}}`, []string{"spec.leaseTransitions", "negative (-3)"}},
+		{"unparsable renewTime", Leases, leaseHead + `{"renewTime":"yesterday"}}`,
 			[]string{`spec.renewTime: "yesterday" is not an RFC 3339 time`}},
-		{"renewTime without zone", policy.Leases, leaseHead + `{"renewTime":"2026-01-02T15:04:05.123456"}}`,
+		{"renewTime without zone", Leases, leaseHead + `{"renewTime":"2026-01-02T15:04:05.123456"}}`,
 			[]string{`spec.renewTime: "2026-01-02T15:04:05.123456" is not an RFC 3339 time`}},
-		{"unparsable acquireTime", policy.Leases, leaseHead + `{"acquireTime":"2026-13-01T00:00:00Z"}}`,
+		{"unparsable acquireTime", Leases, leaseHead + `{"acquireTime":"2026-13-01T00:00:00Z"}}`,
 			[]string{`spec.acquireTime: "2026-13-01T00:00:00Z" is not an RFC 3339 time`}},
-		{"unparsable renewTime, YAML", policy.Leases,
-			"apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  renewTime: 5 seconds ago\n",
+		{"unparsable renewTime, YAML", Leases, "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  renewTime: 5 seconds ago\n",
 			[]string{`spec.renewTime: "5 seconds ago" is not an RFC 3339 time`}},
-		{"unparsable creationTimestamp", policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","creationTimestamp":"yesterday"}}`,
+		{"unparsable creationTimestamp", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","creationTimestamp":"yesterday"}}`,
 			[]string{"metadata.creationTimestamp", `"yesterday"`}},
-		{"holderIdentity a number", policy.Leases, leaseHead + `{"holderIdentity":42}}`,
+		{"holderIdentity a number", Leases, leaseHead + `{"holderIdentity":42}}`,
 			[]string{"spec.holderIdentity: want string, got JSON number"}},
-		{"holderIdentity a YAML boolean", policy.Leases,
-			"apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  holderIdentity: true\n",
+		{"holderIdentity a YAML boolean", Leases, "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: l\nspec:\n  holderIdentity: true\n",
 			[]string{"spec.holderIdentity: want string, got JSON "}},
-		{"leaseDurationSeconds a string", policy.Leases, leaseHead + `{"leaseDurationSeconds":"15"}}`,
+		{"leaseDurationSeconds a string", Leases, leaseHead + `{"leaseDurationSeconds":"15"}}`,
 			[]string{"spec.leaseDurationSeconds: want ", "string"}},
-		{"leaseTransitions a fraction", policy.Leases, leaseHead + `{"leaseTransitions":1.5}}`,
+		{"leaseTransitions a fraction", Leases, leaseHead + `{"leaseTransitions":1.5}}`,
 			[]string{"spec.leaseTransitions"}},
-		{"leaseDurationSeconds beyond int32", policy.Leases, leaseHead + `{"leaseDurationSeconds":3000000000}}`,
+		{"leaseDurationSeconds beyond int32", Leases, leaseHead + `{"leaseDurationSeconds":3000000000}}`,
 			[]string{"spec.leaseDurationSeconds", "3000000000"}},
-		{"renewTime a number", policy.Leases, leaseHead + `{"renewTime":1767366245}}`,
+		{"renewTime a number", Leases, leaseHead + `{"renewTime":1767366245}}`,
 			[]string{"spec.renewTime", "number"}},
-		{"annotation a number", policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","annotations":{"leaseguard.io/designated-manager":5}}}`,
+		{"annotation a number", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","annotations":{"leaseguard.io/designated-manager":5}}}`,
 			[]string{"metadata.annotations", "want string, got JSON number"}},
-		{"name a number", policy.Leases,
-			`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":7}}`,
+		{"name a number", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":7}}`,
 			[]string{"metadata.name", "number"}},
-		{"spec an array", policy.Leases, leaseHead + `[]}`, []string{"spec", "array"}},
-		{"kind a number", policy.Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":1,"metadata":{"name":"l"}}`, []string{"kind", "number"}},
-		{"truncated JSON", policy.Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease"`, []string{"cannot decode object"}},
-		{"bad YAML", policy.Leases, "apiVersion: coordination.k8s.io/v1\nkind: Lease\nspec: [\n", []string{"not JSON or YAML", "yaml: line"}},
-		{"a JSON array", policy.Leases, `[{"kind":"Lease"}]`, []string{"array"}},
+		{"spec an array", Leases, leaseHead + `[]}`, []string{"spec", "array"}},
+		{"kind a number", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":1,"metadata":{"name":"l"}}`, []string{"kind", "number"}},
+		{"truncated JSON", Leases, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease"`, []string{"cannot decode object"}},
+		{"bad YAML", Leases, "apiVersion: coordination.k8s.io/v1\nkind: Lease\nspec: [\n", []string{"not JSON or YAML", "yaml: line"}},
+		{"a JSON array", Leases, `[{"kind":"Lease"}]`, []string{"array"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,13 +384,13 @@ func TestDecodeAnyErrors(t *testing.T) {
 
 func TestKind(t *testing.T) {
 	tests := []struct {
-		res           policy.Resource
+		res           Resource
 		version, kind string
 		ok            bool
 	}{
-		{policy.Leases, "coordination.k8s.io/v1", "Lease", true},
-		{policy.MultiClusterLeases, "multicluster.core.cnrm.cloud.google.com/v1alpha1", "MultiClusterLease", true},
-		{policy.Resource("configmaps"), "", "", false},
+		{Leases, "coordination.k8s.io/v1", "Lease", true},
+		{MultiClusterLeases, "multicluster.core.cnrm.cloud.google.com/v1alpha1", "MultiClusterLease", true},
+		{Resource("configmaps"), "", "", false},
 	}
 	for _, tc := range tests {
 		v, k, ok := Kind(tc.res)
@@ -502,7 +455,7 @@ func TestDecodeLenientRecordsUnreadableSpecFields(t *testing.T) {
 	      {"manager":"ctrl","operation":"Update","subresource":"status","time":"2026-11-30T14:00:09Z","fieldsV1":{"f:status":{}}},
 	      {"manager":"labeler","operation":"Update","time":"2026-11-30T14:00:07Z","fieldsV1":{"f:metadata":{"f:labels":{}}}}]},
 	  "spec":{"holderIdentity":"c","renewTime":"yesterday","leaseDurationSeconds":-5}}`
-	o, err := DecodeLenient(policy.MultiClusterLeases, []byte(data))
+	o, err := DecodeLenient(MultiClusterLeases, []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +474,7 @@ func TestDecodeLenientRecordsUnreadableSpecFields(t *testing.T) {
 	if o.Finalizers != `["f"]` || !strings.Contains(o.OwnerReferences, `"name":"x"`) {
 		t.Errorf("Finalizers %q, OwnerReferences %q", o.Finalizers, o.OwnerReferences)
 	}
-	if _, err := Decode(policy.MultiClusterLeases, []byte(data)); err == nil ||
+	if _, err := Decode(MultiClusterLeases, []byte(data)); err == nil ||
 		err.Error() != `spec.renewTime: "yesterday" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z` {
 		t.Errorf("strict Decode error %v", err)
 	}
@@ -530,7 +483,7 @@ func TestDecodeLenientRecordsUnreadableSpecFields(t *testing.T) {
 // The mutating webhook sees a CREATE with generateName before the API server
 // names the object.
 func TestDecodeGenerateName(t *testing.T) {
-	o, err := Decode(policy.MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"generateName":"kcc-","namespace":"ns"}}`))
+	o, err := Decode(MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease","metadata":{"generateName":"kcc-","namespace":"ns"}}`))
 	if err != nil || o.Name != "" || o.GenerateName != "kcc-" {
 		t.Fatalf("Decode = %+v, %v", o, err)
 	}
@@ -553,7 +506,7 @@ func TestDecodeLenientRefusesHostileFilesShortly(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			_, err := DecodeLenient(policy.Leases, []byte(c.data))
+			_, err := DecodeLenient(Leases, []byte(c.data))
 			runtime.ReadMemStats(&after)
 			switch {
 			case c.want == "" && err != nil:
@@ -597,8 +550,8 @@ func TestWrittenTimesAreWhatTypedClientsRead(t *testing.T) {
 			t.Errorf("%q: TypedTime says unreadable, metav1.MicroTime reads it", c.s)
 		}
 	}
-	obj := func(renewTime string) *policy.Object {
-		o, err := DecodeLenient(policy.MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease",
+	obj := func(renewTime string) *Object {
+		o, err := DecodeLenient(MultiClusterLeases, []byte(`{"apiVersion":"multicluster.core.cnrm.cloud.google.com/v1alpha1","kind":"MultiClusterLease",
 		  "metadata":{"name":"m","namespace":"ns"},"spec":{"holderIdentity":"c","renewTime":"`+renewTime+`"}}`))
 		if err != nil {
 			t.Fatal(err)
@@ -609,7 +562,7 @@ func TestWrittenTimesAreWhatTypedClientsRead(t *testing.T) {
 	want := `spec.renewTime "2026-11-30T14:00:05Z" cannot be read by typed clients (metav1.MicroTime): write it as 2006-01-02T15:04:05.000000Z07:00`
 	for _, c := range []struct {
 		name     string
-		old, new *policy.Object
+		old, new *Object
 		err      string
 	}{
 		{"create with seconds only", nil, seconds2, want},
@@ -632,7 +585,7 @@ func TestWrittenTimesAreWhatTypedClientsRead(t *testing.T) {
 // The one annotation the partial view decodes is the designation.
 func TestWireAnnotationsReadTheDesignation(t *testing.T) {
 	f, ok := reflect.TypeOf(wireAnnotations{}).FieldByName("Designated")
-	if !ok || f.Tag.Get("json") != policy.DesignationAnnotation {
-		t.Fatalf("wireAnnotations reads %q, want %q", f.Tag.Get("json"), policy.DesignationAnnotation)
+	if !ok || f.Tag.Get("json") != DesignationAnnotation {
+		t.Fatalf("wireAnnotations reads %q, want %q", f.Tag.Get("json"), DesignationAnnotation)
 	}
 }

@@ -3,8 +3,6 @@ package leaseobject
 import (
 	"strings"
 	"testing"
-
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // Labels and annotations are kept as text the core compares (a status
@@ -14,9 +12,9 @@ func TestLabelsAndAnnotationsAreKeptAsText(t *testing.T) {
 	obj := func(meta string) string {
 		return `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l","namespace":"ns"` + meta + `}}`
 	}
-	read := func(meta string) *policy.Object {
+	read := func(meta string) *Object {
 		t.Helper()
-		o, err := DecodeJSON(policy.Leases, []byte(obj(meta)))
+		o, err := DecodeJSON(Leases, []byte(obj(meta)))
 		if err != nil {
 			t.Fatalf("%s: %v", meta, err)
 		}
@@ -42,7 +40,7 @@ func TestLabelsAndAnnotationsAreKeptAsText(t *testing.T) {
 		t.Errorf("different large label maps read alike")
 	}
 	// The designation is still read as the API machinery reads it.
-	_, err := DecodeJSON(policy.Leases, []byte(obj(`,"annotations":{"leaseguard.io/designated-manager":"a","leaseguard.io/designated-manager":"b"}`)))
+	_, err := DecodeJSON(Leases, []byte(obj(`,"annotations":{"leaseguard.io/designated-manager":"a","leaseguard.io/designated-manager":"b"}`)))
 	if err == nil || !strings.Contains(err.Error(), "metadata.annotations.leaseguard.io/designated-manager appears more than once") {
 		t.Errorf("a duplicated designation: %v", err)
 	}

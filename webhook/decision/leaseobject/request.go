@@ -12,7 +12,6 @@ import (
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
-	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
 // requestOptions is what leaseguard reads of request.options.
@@ -24,17 +23,17 @@ type requestOptions struct {
 // the caller's identity, read once, and both objects decoded. Anything it cannot read is an error naming what is
 // wrong, e.g. `request.object: spec.renewTime: "yesterday" is not an RFC
 // 3339 time such as 2026-01-02T15:04:05.000000Z`.
-func ReadRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.Request, error) {
+func ReadRequest(req *admissionv1.AdmissionRequest, now time.Time) (*Request, error) {
 	res, err := resourceOf(req.Kind.Group, req.Kind.Version, req.Kind.Kind)
 	if err != nil {
 		return nil, err
 	}
-	out := &policy.Request{
+	out := &Request{
 		Resource:    res,
 		Subresource: req.SubResource,
 		Now:         now,
 		DryRun:      req.DryRun != nil && *req.DryRun,
-		Caller: policy.Caller{
+		Caller: Caller{
 			Username: req.UserInfo.Username,
 			Groups:   req.UserInfo.Groups,
 		},
@@ -46,31 +45,31 @@ func ReadRequest(req *admissionv1.AdmissionRequest, now time.Time) (*policy.Requ
 		}
 		out.FieldManager = o.FieldManager
 	}
-	if pods := req.UserInfo.Extra[policy.PodNameExtra]; len(pods) > 0 {
+	if pods := req.UserInfo.Extra[PodNameExtra]; len(pods) > 0 {
 		out.Caller.PodName = pods[0]
 	}
 	if out.Caller.Username == "" {
 		return nil, fmt.Errorf("request.userInfo.username is empty")
 	}
-	if out.Subresource != "" && out.Subresource != policy.StatusSubresource {
+	if out.Subresource != "" && out.Subresource != StatusSubresource {
 		return nil, fmt.Errorf("subresource %q is not guarded (only status)", oneline.Clip(out.Subresource))
 	}
 	switch op := req.Operation; op {
 	case admissionv1.Create:
-		out.Operation = policy.Create
+		out.Operation = Create
 	case admissionv1.Update:
-		out.Operation = policy.Update
+		out.Operation = Update
 	case admissionv1.Delete:
-		out.Operation = policy.Delete
+		out.Operation = Delete
 	default:
 		return nil, fmt.Errorf("operation %q is not guarded (want CREATE, UPDATE or DELETE)", oneline.Clip(string(op)))
 	}
-	if out.Operation != policy.Create {
+	if out.Operation != Create {
 		if out.Old, err = decodeObject(res, req.OldObject.Raw, "oldObject", out.Operation); err != nil {
 			return nil, err
 		}
 	}
-	if out.Operation != policy.Delete {
+	if out.Operation != Delete {
 		if out.New, err = decodeObject(res, req.Object.Raw, "object", out.Operation); err != nil {
 			return nil, err
 		}
@@ -89,7 +88,7 @@ func prefixed(path string, err error) error {
 
 // decodeObject reads request.object or request.oldObject, which the
 // operation requires.
-func decodeObject(res policy.Resource, raw json.RawMessage, key string, op policy.Operation) (*policy.Object, error) {
+func decodeObject(res Resource, raw json.RawMessage, key string, op Operation) (*Object, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, fmt.Errorf("request.%s is missing on %s", key, op)
 	}
@@ -102,7 +101,7 @@ func decodeObject(res policy.Resource, raw json.RawMessage, key string, op polic
 
 // fillNames checks the request's name against the object's, and gives the
 // objects the request's namespace when they leave it to the URL.
-func fillNames(out *policy.Request, name, namespace string) error {
+func fillNames(out *Request, name, namespace string) error {
 	obj := out.New
 	if obj == nil {
 		obj = out.Old
@@ -115,7 +114,7 @@ func fillNames(out *policy.Request, name, namespace string) error {
 		// webhooks see only generateName.
 		obj.Name = name
 	}
-	for _, o := range []*policy.Object{out.New, out.Old} {
+	for _, o := range []*Object{out.New, out.Old} {
 		if o != nil && o.Namespace == "" {
 			o.Namespace = namespace
 		}
@@ -123,12 +122,12 @@ func fillNames(out *policy.Request, name, namespace string) error {
 	return nil
 }
 
-func resourceOf(group, version, kind string) (policy.Resource, error) {
+func resourceOf(group, version, kind string) (Resource, error) {
 	switch {
 	case group == "coordination.k8s.io" && kind == "Lease":
-		return policy.Leases, nil
+		return Leases, nil
 	case group == mclv1alpha1.Group && kind == mclv1alpha1.Kind:
-		return policy.MultiClusterLeases, nil
+		return MultiClusterLeases, nil
 	}
 	group, version, kind = oneline.Clip(group), oneline.Clip(version), oneline.Clip(kind)
 	var k string

@@ -119,3 +119,49 @@ func (gs Globs) Strings() []string {
 	}
 	return out
 }
+
+// Covers reports whether selector a selects everything b selects (an empty
+// selector selects everything), judged conservatively (a "no" may be
+// wrong, a "yes" never is): a is empty or has "*", or each pattern of b is
+// covered by one of a. The policy compiler refuses a rule that an earlier
+// one shadows by it.
+func (a Globs) Covers(b Globs) bool {
+	if len(a) == 0 {
+		return true
+	}
+	for _, g := range a {
+		if g == "*" {
+			return true
+		}
+	}
+	if len(b) == 0 {
+		return false
+	}
+	for _, pb := range b {
+		found := false
+		for _, pa := range a {
+			if pa.Covers(pb) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// Covers reports whether every string pb matches is matched by pa: equal
+// patterns, a literal pb that pa matches, or pa a prefix followed by one
+// trailing '*' and pb starting with that prefix.
+func (pa Glob) Covers(pb Glob) bool {
+	switch {
+	case pa == pb:
+		return true
+	case !strings.Contains(string(pb), "*"):
+		return pa.Match(string(pb))
+	}
+	prefix, ok := strings.CutSuffix(string(pa), "*")
+	return ok && !strings.Contains(prefix, "*") && strings.HasPrefix(string(pb), prefix)
+}

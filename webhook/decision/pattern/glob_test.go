@@ -172,3 +172,30 @@ func TestGlobMatchDoesNotAllocate(t *testing.T) {
 		t.Errorf("Glob matching allocates %v times per run, want 0", allocs)
 	}
 }
+
+// Covers is what the policy compiler refuses a shadowed rule by: a "yes"
+// must never be wrong (a rule refused that still selects something), a
+// "no" may be.
+func TestGlobsCovers(t *testing.T) {
+	for _, c := range []struct {
+		a, b Globs
+		want bool
+	}{
+		{nil, Globs{"team-a"}, true},
+		{Globs{"*"}, nil, true},
+		{Globs{"team-a"}, nil, false},
+		{Globs{"team-a"}, Globs{"team-a"}, true},
+		{Globs{"team-*"}, Globs{"team-a", "team-b*"}, true},
+		{Globs{"team-*"}, Globs{"team-a", "other"}, false},
+		{Globs{"team-a", "team-b"}, Globs{"team-b"}, true},
+		{Globs{"*-a"}, Globs{"team-a"}, true},
+		// Conservative: *-a covers x*-a, but only a trailing '*' is
+		// compared as a prefix.
+		{Globs{"*-a"}, Globs{"x*-a"}, false},
+		{Globs{"team-*"}, Globs{"team*"}, false},
+	} {
+		if got := c.a.Covers(c.b); got != c.want {
+			t.Errorf("%q.Covers(%q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

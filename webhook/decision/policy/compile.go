@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaseguard/leaseguard/api/v1alpha1"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 )
 
@@ -104,11 +105,11 @@ func (r *Rule) compileSelection(in *v1alpha1.Rule, path *field.Path, never []str
 		errs = append(errs, field.Required(path.Child("resources"), "name leases and/or multiclusterleases"))
 	}
 	for i, res := range in.Resources {
-		switch Resource(res) {
-		case Leases, MultiClusterLeases:
-			r.resources[resourceIndex(Resource(res))] = true
+		switch leaseobject.Resource(res) {
+		case leaseobject.Leases, leaseobject.MultiClusterLeases:
+			r.resources[resourceIndex(leaseobject.Resource(res))] = true
 		default:
-			errs = append(errs, field.NotSupported(path.Child("resources").Index(i), res, []string{string(Leases), string(MultiClusterLeases)}))
+			errs = append(errs, field.NotSupported(path.Child("resources").Index(i), res, []string{string(leaseobject.Leases), string(leaseobject.MultiClusterLeases)}))
 		}
 	}
 	r.namespaces, errs = compileGlobs(in.Namespaces, path.Child("namespaces"), errs)
@@ -308,51 +309,7 @@ func (r *Rule) shadows(later *Rule) bool {
 			return false
 		}
 	}
-	return coversAll(r.namespaces, later.namespaces) && coversAll(r.names, later.names)
-}
-
-// coversAll reports whether selector a selects everything b selects, judged
-// conservatively (a "no" may be wrong, a "yes" never is): a is empty or has
-// "*", or each pattern of b is covered by one of a.
-func coversAll(a, b pattern.Globs) bool {
-	if len(a) == 0 {
-		return true
-	}
-	for _, g := range a {
-		if g == "*" {
-			return true
-		}
-	}
-	if len(b) == 0 {
-		return false
-	}
-	for _, pb := range b {
-		found := false
-		for _, pa := range a {
-			if covers(pa, pb) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-// covers reports whether every string pb matches is matched by pa: equal
-// patterns, a literal pb that pa matches, or pa a prefix followed by one
-// trailing '*' and pb starting with that prefix.
-func covers(pa, pb pattern.Glob) bool {
-	switch {
-	case pa == pb:
-		return true
-	case !strings.Contains(string(pb), "*"):
-		return pa.Match(string(pb))
-	}
-	prefix, ok := strings.CutSuffix(string(pa), "*")
-	return ok && !strings.Contains(prefix, "*") && strings.HasPrefix(string(pb), prefix)
+	return r.namespaces.Covers(later.namespaces) && r.names.Covers(later.names)
 }
 
 // compileTimings reads assumedClient, defaulting each field to client-go's

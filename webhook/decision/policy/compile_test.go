@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -429,27 +430,27 @@ func TestCompileSample(t *testing.T) {
 		dedicated.holderBinding != HolderBindingPod {
 		t.Errorf("kcc-manager-namespace-leases compiled to %+v", dedicated)
 	}
-	if mcl.Name != "kcc-mcl" || !mcl.resources[resourceIndex(MultiClusterLeases)] || mcl.resources[resourceIndex(Leases)] ||
+	if mcl.Name != "kcc-mcl" || !mcl.resources[resourceIndex(leaseobject.MultiClusterLeases)] || mcl.resources[resourceIndex(leaseobject.Leases)] ||
 		mcl.designation != DesignationAuto || !mcl.autoRenew || mcl.maxRenewInterval != 5*time.Second ||
 		mcl.coalesceInterval != 7*time.Second || !mcl.backOffLosers || mcl.maxLeaseDuration != time.Minute ||
 		mcl.enforcement != EnforceDeny || mcl.holderBinding != HolderBindingNone || mcl.bind != nil {
 		t.Errorf("kcc-mcl compiled to %+v", mcl)
 	}
-	if leases.Name != "kcc-namespace-leases" || !leases.resources[resourceIndex(Leases)] || leases.resources[resourceIndex(MultiClusterLeases)] ||
+	if leases.Name != "kcc-namespace-leases" || !leases.resources[resourceIndex(leaseobject.Leases)] || leases.resources[resourceIndex(leaseobject.MultiClusterLeases)] ||
 		leases.designation != DesignationNone || !leases.autoRenew || leases.coalesceInterval != 7*time.Second || leases.enforcement != EnforceWarn ||
 		leases.holderBinding != HolderBindingPod || leases.bind == nil {
 		t.Errorf("kcc-namespace-leases compiled to %+v", leases)
 	}
-	if got := p.Select(MultiClusterLeases, "cnrm-system", "anything"); got != mcl {
+	if got := p.Select(leaseobject.MultiClusterLeases, "cnrm-system", "anything"); got != mcl {
 		t.Errorf("Select(MCL, cnrm-system) = %v, want kcc-mcl", got)
 	}
-	if got := p.Select(Leases, "cnrm-system", "kcc-leader-a"); got != leases {
+	if got := p.Select(leaseobject.Leases, "cnrm-system", "kcc-leader-a"); got != leases {
 		t.Errorf("Select(Lease, cnrm-system) = %v, want kcc-namespace-leases", got)
 	}
 	for _, sel := range []struct {
-		res     Resource
+		res     leaseobject.Resource
 		ns, obj string
-	}{{Leases, "other", "x"}, {MultiClusterLeases, "other", "x"}, {Resource("pods"), "cnrm-system", "x"}} {
+	}{{leaseobject.Leases, "other", "x"}, {leaseobject.MultiClusterLeases, "other", "x"}, {leaseobject.Resource("pods"), "cnrm-system", "x"}} {
 		if got := p.Select(sel.res, sel.ns, sel.obj); got != nil {
 			t.Errorf("Select(%s, %s, %s) = %s, want none", sel.res, sel.ns, sel.obj, got.Name)
 		}
@@ -526,23 +527,23 @@ func TestCompileIntervalAboveMaximumDetail(t *testing.T) {
 
 func TestAutoRenewInterval(t *testing.T) {
 	for _, c := range []struct {
-		spec Spec
+		spec leaseobject.Spec
 		want time.Duration
 	}{
 		// Half of two thirds of the lease duration, 15s when absent.
-		{Spec{}, 5 * time.Second},
-		{Spec{LeaseDuration: -time.Second}, 5 * time.Second},
-		{Spec{LeaseDuration: 15 * time.Second}, 5 * time.Second},
-		{Spec{LeaseDuration: 30 * time.Second}, 10 * time.Second},
-		{Spec{LeaseDuration: 60 * time.Second}, 20 * time.Second},
-		{Spec{LeaseDuration: 10 * time.Second}, 10 * time.Second / 3},
+		{leaseobject.Spec{}, 5 * time.Second},
+		{leaseobject.Spec{LeaseDuration: -time.Second}, 5 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 15 * time.Second}, 5 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 30 * time.Second}, 10 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 60 * time.Second}, 20 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 10 * time.Second}, 10 * time.Second / 3},
 		// Half of a declared renew deadline (MultiClusterLease
 		// renewDeadlineSeconds), whatever the lease duration.
-		{Spec{RenewDeadline: 8 * time.Second}, 4 * time.Second},
-		{Spec{LeaseDuration: 15 * time.Second, RenewDeadline: 8 * time.Second}, 4 * time.Second},
-		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 4 * time.Second},
-		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}, 10 * time.Second},
-		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: -time.Second}, 10 * time.Second},
+		{leaseobject.Spec{RenewDeadline: 8 * time.Second}, 4 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 15 * time.Second, RenewDeadline: 8 * time.Second}, 4 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 4 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}, 10 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 30 * time.Second, RenewDeadline: -time.Second}, 10 * time.Second},
 	} {
 		if got := AutoRenewInterval(&c.spec); got != c.want {
 			t.Errorf("AutoRenewInterval(%+v) = %v, want %v", c.spec, got, c.want)
@@ -552,14 +553,14 @@ func TestAutoRenewInterval(t *testing.T) {
 
 func TestEffectiveRenewDeadline(t *testing.T) {
 	for _, c := range []struct {
-		spec Spec
+		spec leaseobject.Spec
 		want time.Duration
 	}{
-		{Spec{}, 10 * time.Second},
-		{Spec{LeaseDuration: 15 * time.Second}, 10 * time.Second},
-		{Spec{LeaseDuration: 30 * time.Second}, 20 * time.Second},
-		{Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 8 * time.Second},
-		{Spec{RenewDeadline: 8 * time.Second}, 8 * time.Second},
+		{leaseobject.Spec{}, 10 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 15 * time.Second}, 10 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 30 * time.Second}, 20 * time.Second},
+		{leaseobject.Spec{LeaseDuration: 30 * time.Second, RenewDeadline: 8 * time.Second}, 8 * time.Second},
+		{leaseobject.Spec{RenewDeadline: 8 * time.Second}, 8 * time.Second},
 	} {
 		if got := c.spec.EffectiveRenewDeadline(); got != c.want {
 			t.Errorf("EffectiveRenewDeadline of %+v = %v, want %v", c.spec, got, c.want)
@@ -611,25 +612,25 @@ func TestRuleAutoRenewInterval(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		src  string
-		spec Spec
+		spec leaseobject.Spec
 		want time.Duration
 	}{
-		{"15s lease, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 15 * sec}, 5 * sec},
-		{"no lease duration, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{}, 5 * sec},
+		{"15s lease, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), leaseobject.Spec{LeaseDuration: 15 * sec}, 5 * sec},
+		{"no lease duration, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), leaseobject.Spec{}, 5 * sec},
 		// min(10s, 8s): client-go's defaults with a 2s clockSkew.
-		{"30s lease, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 30 * sec}, 8 * sec},
-		{"renewDeadline 20s declared, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 30 * sec, RenewDeadline: 20 * sec}, 8 * sec},
-		{"renewDeadline 8s declared, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), Spec{LeaseDuration: 30 * sec, RenewDeadline: 8 * sec}, 4 * sec},
+		{"30s lease, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), leaseobject.Spec{LeaseDuration: 30 * sec}, 8 * sec},
+		{"renewDeadline 20s declared, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), leaseobject.Spec{LeaseDuration: 30 * sec, RenewDeadline: 20 * sec}, 8 * sec},
+		{"renewDeadline 8s declared, defaults", oneRule(`managers: [u]`, "minRenewInterval: auto"), leaseobject.Spec{LeaseDuration: 30 * sec, RenewDeadline: 8 * sec}, 4 * sec},
 		// min(10s, 10s) with clockSkew 0s.
-		{"30s lease, clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: auto")), Spec{LeaseDuration: 30 * sec}, 10 * sec},
-		{"60s lease, clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: auto")), Spec{LeaseDuration: 60 * sec}, 10 * sec},
+		{"30s lease, clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: auto")), leaseobject.Spec{LeaseDuration: 30 * sec}, 10 * sec},
+		{"60s lease, clockSkew 0s", withClockSkew("0s", oneRule(`managers: [u]`, "minRenewInterval: auto")), leaseobject.Spec{LeaseDuration: 60 * sec}, 10 * sec},
 		// min(10s, 41s) and min(20s, 41s) for slower clients.
-		{"30s lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), Spec{LeaseDuration: 30 * sec}, 10 * sec},
-		{"60s lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), Spec{LeaseDuration: 60 * sec}, 20 * sec},
-		{"5m lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), Spec{LeaseDuration: 5 * time.Minute}, 41 * sec},
+		{"30s lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), leaseobject.Spec{LeaseDuration: 30 * sec}, 10 * sec},
+		{"60s lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), leaseobject.Spec{LeaseDuration: 60 * sec}, 20 * sec},
+		{"5m lease, slow clients", oneRule(`managers: [u]`, "minRenewInterval: auto", slow), leaseobject.Spec{LeaseDuration: 5 * time.Minute}, 41 * sec},
 	} {
 		p := mustCompile(t, c.src)
-		if got := p.Rules[0].renewInterval(&Object{Spec: c.spec}); got != c.want {
+		if got := p.Rules[0].renewInterval(&leaseobject.Object{Spec: c.spec}); got != c.want {
 			t.Errorf("%s: renewInterval(%+v) = %v, want %v", c.name, c.spec, got, c.want)
 		}
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"flag"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"os"
 	"strings"
 	"testing"
@@ -29,8 +30,10 @@ type vapCorpus struct {
 
 type vapCorpusCase struct {
 	Name    string
-	Request Request
-	// Want is what this package's tables expect (verdict and invariant).
+	Request leaseobject.
+		// Want is what this package's tables expect (verdict and invariant).
+		Request
+
 	Want string
 }
 
@@ -46,7 +49,7 @@ func buildVAPCorpus(t *testing.T) []byte {
 	t.Helper()
 	p := mustCompile(t, vapCorpusPolicy())
 	out := vapCorpus{Policy: vapCorpusPolicy()}
-	add := func(name string, req *Request, w want) {
+	add := func(name string, req *leaseobject.Request, w want) {
 		d := Decide(p, req)
 		if d.Verdict != w.verdict || d.Invariant != w.inv {
 			t.Fatalf("%s: in the merged policy the core decides %v %s, the table wants %v %s", name, d.Verdict, d.Invariant, w.verdict, w.inv)
@@ -58,7 +61,7 @@ func buildVAPCorpus(t *testing.T) []byte {
 	}
 	for _, res := range bothResources {
 		for _, c := range hardCases(res) {
-			req := &Request{Resource: c.res, Operation: c.op, Subresource: c.sub, Caller: c.caller, Old: c.old, New: c.new,
+			req := &leaseobject.Request{Resource: c.res, Operation: c.op, Subresource: c.sub, Caller: c.caller, Old: c.old, New: c.new,
 				Now: t0.Add(c.now), DryRun: c.dryRun, FieldManager: c.manager}
 			simulateServerStamp(req)
 			add("hardening/"+c.name, req, c.want)

@@ -1,14 +1,13 @@
 package policy
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/oneline"
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 )
@@ -16,7 +15,7 @@ import (
 // Decide returns the decision for a request. It is pure: the same policy and
 // request always give the same decision. Admitted writes (the renewal path
 // included) do not allocate.
-func Decide(p *Policy, req *Request) Decision {
+func Decide(p *Policy, req *leaseobject.Request) Decision {
 	obj := req.Target()
 	if obj == nil {
 		return Decision{}
@@ -42,21 +41,21 @@ func Decide(p *Policy, req *Request) Decision {
 type check struct {
 	rule *Rule
 	skew time.Duration
-	req  *Request
-	obj  *Object
+	req  *leaseobject.Request
+	obj  *leaseobject.Object
 }
 
-func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
+func (r *Rule) decide(skew time.Duration, req *leaseobject.Request, obj *leaseobject.Object) Decision {
 	c := check{rule: r, skew: skew, req: req, obj: obj}
 	caller := &req.Caller
 
 	// Operators may do any write, including changing the designation.
 	if r.operators.MatchAny(caller.Username, caller.Groups) {
 		d := c.allowed()
-		d.DesignationChanged = req.Operation != Delete && req.Subresource == "" && !SameDesignation(req.Old, req.New)
+		d.DesignationChanged = req.Operation != leaseobject.Delete && req.Subresource == "" && !SameDesignation(req.Old, req.New)
 		return d
 	}
-	if req.Subresource == StatusSubresource && req.Resource == MultiClusterLeases {
+	if req.Subresource == leaseobject.StatusSubresource && req.Resource == leaseobject.MultiClusterLeases {
 		return c.status()
 	}
 	if d, ok := c.managedClock(); !ok {
@@ -78,7 +77,7 @@ func (r *Rule) decide(skew time.Duration, req *Request, obj *Object) Decision {
 // sends too, so a time planted there would serve as the clock as well.
 func (c *check) managedClock() (Decision, bool) {
 	req := c.req
-	if req.New == nil || (req.Operation != Update && req.Operation != Create) {
+	if req.New == nil || (req.Operation != leaseobject.Update && req.Operation != leaseobject.Create) {
 		return Decision{}, true
 	}
 	limit := req.Now.Add(c.skew)
@@ -95,7 +94,7 @@ func (c *check) managedClock() (Decision, bool) {
 
 // StoredStamp reports whether old holds the entry with the very same time:
 // the write keeps it as stored.
-func StoredStamp(old *Object, m *ManagedTime) bool {
+func StoredStamp(old *leaseobject.Object, m *leaseobject.ManagedTime) bool {
 	for i := range old.ManagedTimes {
 		if old.ManagedTimes[i].Key == m.Key {
 			return old.ManagedTimes[i].Raw == m.Raw
@@ -107,7 +106,7 @@ func StoredStamp(old *Object, m *ManagedTime) bool {
 // serverRenewWrite is o.RenewWrite unless it lies ahead of the server clock
 // (beyond the skew): such a time was written by a client before leaseguard
 // refused that (managedClock), and is no record of the server's.
-func (c *check) serverRenewWrite(o *Object) time.Time {
+func (c *check) serverRenewWrite(o *leaseobject.Object) time.Time {
 	if o.RenewWrite.After(c.req.Now.Add(c.skew)) {
 		return time.Time{}
 	}
@@ -126,7 +125,7 @@ func (c *check) status() Decision {
 // mainResource decides a CREATE, UPDATE or DELETE of the object itself.
 func (c *check) mainResource() Decision {
 	req := c.req
-	update := req.Operation == Update && req.Old != nil && req.New != nil
+	update := req.Operation == leaseobject.Update && req.Old != nil && req.New != nil
 	specUnchanged := update && sameSpec(req.Old, req.New)
 	metadataOnly := specUnchanged && SameDesignation(req.Old, req.New)
 
@@ -136,7 +135,7 @@ func (c *check) mainResource() Decision {
 
 	// I3: the designation annotation.
 	designationChanged := false
-	if req.Operation != Delete && !SameDesignation(req.Old, req.New) {
+	if req.Operation != leaseobject.Delete && !SameDesignation(req.Old, req.New) {
 		if d, ok := c.designationChange(); !ok {
 			return d
 		}
@@ -157,7 +156,7 @@ func (c *check) mainResource() Decision {
 	if d, ok := c.designatedUnlessShared(shared, metadataOnly); !ok {
 		return d
 	}
-	if req.Operation == Delete {
+	if req.Operation == leaseobject.Delete {
 		if d, ok := c.deletion(); !ok {
 			return d
 		}
@@ -194,7 +193,7 @@ func (c *check) managerOfObject(metadataOnly bool) (Decision, bool) {
 		// The MultiClusterLease controller adds and removes its finalizer with
 		// full UPDATEs that touch no lease field and not the designation;
 		// that is all it may do to the object itself (statusWriterWrite).
-		if metadataOnly && req.Resource == MultiClusterLeases && r.IsStatusWriter(caller) {
+		if metadataOnly && req.Resource == leaseobject.MultiClusterLeases && r.IsStatusWriter(caller) {
 			return c.statusWriterWrite(), false
 		}
 		return c.deny(InvariantManager, http.StatusForbidden, "is not a manager of", c.managersHint()), false
@@ -238,7 +237,7 @@ func (c *check) statusWriterWrite() Decision {
 	old, new := c.req.Old, c.req.New
 	inv, what := InvariantMetadata, ""
 	switch {
-	case !sameFinalizersBut(old.Finalizers, new.Finalizers, ControllerFinalizer):
+	case !leaseobject.SameFinalizersBut(old.Finalizers, new.Finalizers, leaseobject.ControllerFinalizer):
 		what = "finalizers"
 	case old.OwnerReferences != new.OwnerReferences:
 		what = "ownerReferences"
@@ -257,104 +256,7 @@ func (c *check) statusWriterWrite() Decision {
 
 // StatusWriterHint is what a status writer's refusal says it may do to the
 // object itself.
-const StatusWriterHint = "status writers change only finalizer " + ControllerFinalizer
-
-// sameFinalizersBut reports whether two finalizer lists, as JSON text, hold
-// the same finalizers in the same order once every name is left out of
-// both. A list the API server wrote (compact, names without escapes) is
-// walked in place, so the controller's admitted write does not allocate;
-// anything else is decoded, and what is no list of strings differs.
-func sameFinalizersBut(a, b, name string) bool {
-	if a == b {
-		return true
-	}
-	x, okA := finalizerItems(a)
-	y, okB := finalizerItems(b)
-	if !okA || !okB {
-		return decodedFinalizersBut(a, b, name)
-	}
-	for {
-		var ex, ey string
-		ex, x = nextFinalizerBut(x, name)
-		ey, y = nextFinalizerBut(y, name)
-		if ex != ey {
-			return false
-		}
-		if ex == "" && x == "" && y == "" {
-			return true
-		}
-	}
-}
-
-// finalizerItems is the inside of a compact list of plain strings,
-// `"a","b"` for `["a","b"]` ("" for none), or false when the text is
-// anything else (escapes, other values, spaces).
-func finalizerItems(s string) (string, bool) {
-	if s == "" {
-		return "", true
-	}
-	if len(s) < 4 || !strings.HasPrefix(s, `["`) || !strings.HasSuffix(s, `"]`) || strings.ContainsAny(s, "\\ \t\r\n") {
-		return "", false
-	}
-	inner := s[1 : len(s)-1]
-	// Without escapes a name holds no quote: the items are exactly what
-	// lies between the quotes, separated by single commas.
-	for rest := inner; ; {
-		if len(rest) < 2 || rest[0] != '"' {
-			return "", false
-		}
-		end := strings.IndexByte(rest[1:], '"')
-		if end < 0 || end == 0 {
-			return "", false
-		}
-		rest = rest[end+2:]
-		if rest == "" {
-			return inner, true
-		}
-		if rest[0] != ',' {
-			return "", false
-		}
-		rest = rest[1:]
-	}
-}
-
-// nextFinalizerBut returns the next item of finalizerItems' text that is
-// not name ("" at the end) and the text after it.
-func nextFinalizerBut(items, name string) (string, string) {
-	for items != "" {
-		end := strings.IndexByte(items[1:], '"') + 1
-		item := items[1:end]
-		items = strings.TrimPrefix(items[end+1:], ",")
-		if item != name {
-			return item, items
-		}
-	}
-	return "", ""
-}
-
-// decodedFinalizersBut is sameFinalizersBut for texts that are not plain
-// compact lists.
-func decodedFinalizersBut(a, b, name string) bool {
-	list := func(s string) ([]string, bool) {
-		if s == "" {
-			return nil, true
-		}
-		var out []string
-		if json.Unmarshal([]byte(s), &out) != nil {
-			return nil, false
-		}
-		kept := out[:0]
-		for _, f := range out {
-			if f != name {
-				kept = append(kept, f)
-			}
-		}
-		return kept, true
-	}
-	x, okA := list(a)
-	y, okB := list(b)
-	return okA && okB && slices.Equal(x, y)
-}
+const StatusWriterHint = "status writers change only finalizer " + leaseobject.ControllerFinalizer
 
 // deletion enforces I4 on a DELETE: deleting a live lease hands it to
 // whoever creates it next, so it is a release, open only to the lease's
@@ -388,7 +290,7 @@ func (c *check) designationChange() (Decision, bool) {
 	mode := c.rule.designation
 	if mode == DesignationByAnnotation || mode == DesignationFixed {
 		return c.deny(InvariantDesignationChange, http.StatusForbidden,
-			"may not change annotation "+DesignationAnnotation+" of", "only operators may: "+orNone(c.rule.operators.String())), false
+			"may not change annotation "+leaseobject.DesignationAnnotation+" of", "only operators may: "+orNone(c.rule.operators.String())), false
 	}
 	old := req.Old
 	oldSet := old != nil && old.HasDesignation && old.Designated != ""
@@ -399,7 +301,7 @@ func (c *check) designationChange() (Decision, bool) {
 			return Decision{}, true
 		}
 		return c.deny(InvariantDesignationChange, http.StatusForbidden,
-			"may not remove annotation "+DesignationAnnotation+" of", "designated: "+c.designatedOf(old)), false
+			"may not remove annotation "+leaseobject.DesignationAnnotation+" of", "designated: "+c.designatedOf(old)), false
 	}
 	if req.New.Designated != caller.Username {
 		return c.deny(InvariantDesignationChange, http.StatusForbidden,
@@ -449,7 +351,7 @@ func (c *check) designated(ownership bool) (Decision, bool) {
 				problem = "may not write"
 			}
 			return c.deny(inv, http.StatusForbidden, problem,
-				"no designated manager yet: an operator sets annotation "+DesignationAnnotation), false
+				"no designated manager yet: an operator sets annotation "+leaseobject.DesignationAnnotation), false
 		}
 		return c.deny(inv, http.StatusForbidden, problem,
 			"designated: "+c.relative(req.Old.Designated)), false
@@ -477,7 +379,7 @@ func (c *check) designated(ownership bool) (Decision, bool) {
 // run nor sent by kubectl, whose user wants the answer at once.
 func (c *check) backOff() bool {
 	req := c.req
-	return c.rule.backOffLosers && req.Operation != Delete && !req.DryRun &&
+	return c.rule.backOffLosers && req.Operation != leaseobject.Delete && !req.DryRun &&
 		!strings.HasPrefix(req.FieldManager, "kubectl")
 }
 
@@ -498,7 +400,7 @@ func (c *check) backOff() bool {
 // I3 has judged that change before.
 func (c *check) sharedRenewal() bool {
 	req := c.req
-	return req.Resource == MultiClusterLeases && req.Operation == Update && req.Subresource == "" &&
+	return req.Resource == leaseobject.MultiClusterLeases && req.Operation == leaseobject.Update && req.Subresource == "" &&
 		req.Old != nil && req.New != nil && renewsOnly(req.Old, req.New)
 }
 
@@ -535,7 +437,7 @@ func (c *check) fencing() (Decision, bool) {
 	if req.Old == nil {
 		// client-go creates with 0; any count will do, but one that leaves
 		// no room for the next acquisition would fence everyone out.
-		if req.Resource == Leases && newSpec.Transitions == math.MaxInt32 {
+		if req.Resource == leaseobject.Leases && newSpec.Transitions == math.MaxInt32 {
 			return c.deny(InvariantFencing, http.StatusForbidden, "creates with leaseTransitions "+itoa(int64(newSpec.Transitions)),
 				"leaves no room to count the next acquisition"), false
 		}
@@ -545,7 +447,7 @@ func (c *check) fencing() (Decision, bool) {
 	live := oldSpec.Holder != "" && !c.expired(req.Old)
 	switch {
 	case oldSpec.Holder == newSpec.Holder:
-		if req.Resource == Leases && newSpec.Transitions != oldSpec.Transitions {
+		if req.Resource == leaseobject.Leases && newSpec.Transitions != oldSpec.Transitions {
 			return c.deny(InvariantFencing, http.StatusForbidden,
 				"changes leaseTransitions ("+itoa(int64(oldSpec.Transitions))+" to "+itoa(int64(newSpec.Transitions))+") without a new holder on",
 				"leaseTransitions changes only on acquisition"), false
@@ -561,7 +463,7 @@ func (c *check) fencing() (Decision, bool) {
 		return c.deny(InvariantFencing, http.StatusForbidden,
 			"may not release the lease of "+oneline.Clip(oldSpec.Holder)+" on", "only the holder or an operator may; "+c.heldUntil(req.Old)), false
 	}
-	if req.Resource != Leases {
+	if req.Resource != leaseobject.Leases {
 		return Decision{}, true
 	}
 	if newSpec.Holder == "" {
@@ -612,7 +514,7 @@ func (c *check) holderBound() (Decision, bool) {
 	case HolderBindingPod:
 		if caller.PodName == "" {
 			return c.deny(InvariantHolder, http.StatusForbidden, "has no pod-bound token and may not write",
-				"holderBinding pod needs the "+PodNameExtra+" extra"), false
+				"holderBinding pod needs the "+leaseobject.PodNameExtra+" extra"), false
 		}
 		if !holderIsPod(holder, caller.PodName) {
 			return c.deny(InvariantHolder, http.StatusForbidden, "writes holder "+oneline.Clip(holder)+" of another pod on",
@@ -732,7 +634,7 @@ func (c *check) writeRate() (Decision, bool) {
 // sinceStoredWrite is the time since the stored renewal by the server clock:
 // since the later of the stored renewTime and the managedFields time at which
 // the API server stored it (zero when that lies ahead of the clock).
-func (c *check) sinceStoredWrite(o *Object) time.Duration {
+func (c *check) sinceStoredWrite(o *leaseobject.Object) time.Duration {
 	ref := o.Spec.RenewTime
 	if w := c.serverRenewWrite(o); w.After(ref) {
 		ref = w
@@ -744,14 +646,14 @@ func (c *check) sinceStoredWrite(o *Object) time.Duration {
 }
 
 // isRenewal reports whether new renews old: same holder, renewTime advanced.
-func isRenewal(old, new *Spec) bool {
+func isRenewal(old, new *leaseobject.Spec) bool {
 	return old.Holder != "" && old.Holder == new.Holder &&
 		!old.RenewTime.IsZero() && new.RenewTime.After(old.RenewTime)
 }
 
 // SameDesignation reports whether a write keeps the designation annotation
 // as stored (absent and empty alike).
-func SameDesignation(old, new *Object) bool {
+func SameDesignation(old, new *leaseobject.Object) bool {
 	oldValue, newValue := "", ""
 	if old != nil && old.HasDesignation {
 		oldValue = old.Designated
@@ -764,7 +666,7 @@ func SameDesignation(old, new *Object) bool {
 
 // sameSpec reports whether a write leaves the lease fields as stored,
 // comparing fields leaseguard could not read by their JSON text.
-func sameSpec(old, new *Object) bool {
+func sameSpec(old, new *leaseobject.Object) bool {
 	if !old.Spec.Equal(&new.Spec) || len(old.Unreadable) != len(new.Unreadable) {
 		return false
 	}
@@ -779,7 +681,7 @@ func sameSpec(old, new *Object) bool {
 // expiry is when the stored lease stops being held: its last renewal (or
 // acquisition, or creation) plus its lease duration. A renewTime leaseguard
 // cannot read is replaced by the time the API server stored it.
-func (c *check) expiry(o *Object) time.Time {
+func (c *check) expiry(o *leaseobject.Object) time.Time {
 	ref := o.Spec.RenewTime
 	if ref.IsZero() && o.UnreadableEntry("spec.renewTime") != nil {
 		ref = c.serverRenewWrite(o)
@@ -792,26 +694,28 @@ func (c *check) expiry(o *Object) time.Time {
 	}
 	d := o.Spec.LeaseDuration
 	if d <= 0 {
-		d = DefaultLeaseDuration
+		d = leaseobject.DefaultLeaseDuration
 	}
 	return ref.Add(d)
 }
 
 // expired reports whether the lease has expired, past the skew grace.
-func (c *check) expired(o *Object) bool { return c.req.Now.After(c.expiry(o).Add(c.skew)) }
+func (c *check) expired(o *leaseobject.Object) bool { return c.req.Now.After(c.expiry(o).Add(c.skew)) }
 
 // fresh reports whether a designation recorded on o still holds: the lease
 // it guards has not gone stale.
-func (c *check) fresh(o *Object) bool { return !c.expired(o) }
+func (c *check) fresh(o *leaseobject.Object) bool { return !c.expired(o) }
 
 // heldUntil says when the stored lease expires, for messages.
-func (c *check) heldUntil(o *Object) string {
+func (c *check) heldUntil(o *leaseobject.Object) string {
 	end := c.expiry(o).Add(c.skew)
 	return "held until " + end.UTC().Format(time.RFC3339) + ", expires " + c.in(end)
 }
 
 // staleIn says when the designation recorded on o goes stale.
-func (c *check) staleIn(o *Object) string { return "stale " + c.in(c.expiry(o).Add(c.skew)) }
+func (c *check) staleIn(o *leaseobject.Object) string {
+	return "stale " + c.in(c.expiry(o).Add(c.skew))
+}
 
 // in is "in 12s" for a time shortly ahead, rounded up to whole seconds so
 // that a denied caller never reads "in 0s", and the date itself for one far
@@ -861,7 +765,7 @@ func (c *check) managersHint() string {
 	return "managers: " + orNone(strings.Join(parts, ", "))
 }
 
-func (c *check) designatedOf(o *Object) string {
+func (c *check) designatedOf(o *leaseobject.Object) string {
 	if o == nil || !o.HasDesignation || o.Designated == "" {
 		return "none"
 	}
@@ -877,12 +781,12 @@ func orNone(s string) string {
 
 // plainRenewal reports whether new differs from old in renewTime alone, with
 // a holder, as both say: nothing but the clock moves.
-func plainRenewal(old, new *Object) bool {
+func plainRenewal(old, new *leaseobject.Object) bool {
 	return renewsOnly(old, new) && SameDesignation(old, new)
 }
 
 // renewsOnly is plainRenewal but for the designation, which may change.
-func renewsOnly(old, new *Object) bool {
+func renewsOnly(old, new *leaseobject.Object) bool {
 	if old.Spec.Holder == "" || old.Spec.RenewTime.IsZero() || new.Spec.RenewTime.IsZero() ||
 		len(old.Unreadable) > 0 || len(new.Unreadable) > 0 {
 		return false

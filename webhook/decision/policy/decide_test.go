@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leaseguard/leaseguard/test/testfixtures"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // decidePolicy holds one rule per scenario, each in its own namespace,
@@ -114,30 +115,30 @@ const decideExtraRules = `- name: auto
 
 // Callers.
 var (
-	mgrA     = Caller{Username: "user:mgr-a", Groups: []string{"system:authenticated"}}
-	mgrB     = Caller{Username: "user:mgr-b", Groups: []string{"system:authenticated"}}
-	mgrFixed = Caller{Username: "user:mgr-fixed"}
-	svcFixed = Caller{Username: "svc:writer"}
-	stranger = Caller{Username: "user:stranger", Groups: []string{"system:authenticated"}}
+	mgrA     = leaseobject.Caller{Username: "user:mgr-a", Groups: []string{"system:authenticated"}}
+	mgrB     = leaseobject.Caller{Username: "user:mgr-b", Groups: []string{"system:authenticated"}}
+	mgrFixed = leaseobject.Caller{Username: "user:mgr-fixed"}
+	svcFixed = leaseobject.Caller{Username: "svc:writer"}
+	stranger = leaseobject.Caller{Username: "user:stranger", Groups: []string{"system:authenticated"}}
 	// strangerManagerGroup has a group that looks like a manager username;
 	// managers are matched against the username only.
-	strangerManagerGroup = Caller{Username: "user:stranger", Groups: []string{"user:mgr-a"}}
-	opUser               = Caller{Username: "user:op"}
-	opGroup              = Caller{Username: "user:someone", Groups: []string{"system:authenticated", "ops"}}
-	mclCtrl              = Caller{Username: "user:mcl-ctrl"}
-	mclGroup             = Caller{Username: "user:ctrl-2", Groups: []string{"mcl-controllers"}}
-	podA                 = Caller{Username: "user:mgr-a", PodName: "pod"}
-	userA                = Caller{Username: "user:a"}
-	userB                = Caller{Username: "user:b"}
+	strangerManagerGroup = leaseobject.Caller{Username: "user:stranger", Groups: []string{"user:mgr-a"}}
+	opUser               = leaseobject.Caller{Username: "user:op"}
+	opGroup              = leaseobject.Caller{Username: "user:someone", Groups: []string{"system:authenticated", "ops"}}
+	mclCtrl              = leaseobject.Caller{Username: "user:mcl-ctrl"}
+	mclGroup             = leaseobject.Caller{Username: "user:ctrl-2", Groups: []string{"mcl-controllers"}}
+	podA                 = leaseobject.Caller{Username: "user:mgr-a", PodName: "pod"}
+	userA                = leaseobject.Caller{Username: "user:a"}
+	userB                = leaseobject.Caller{Username: "user:b"}
 
-	kccA        = Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:cnrm-system"}, PodName: "cnrm-controller-manager-abc-0"}
-	kccOther    = Caller{Username: "system:serviceaccount:cnrm-system:other", PodName: "other-0"}
-	kccForeign  = Caller{Username: "system:serviceaccount:other-ns:cnrm-controller-manager-x", PodName: "x-0"}
-	kccColon    = Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-a:b", PodName: "p"}
-	kccMgrA     = Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-a"}
-	kccMgrB     = Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-b"}
-	kccMCLCtrl  = Caller{Username: "system:serviceaccount:multiclusterlease-system:default"}
-	kccOperator = Caller{Username: "system:serviceaccount:configconnector-operator-system:configconnector-operator"}
+	kccA        = leaseobject.Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-team-a", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:cnrm-system"}, PodName: "cnrm-controller-manager-abc-0"}
+	kccOther    = leaseobject.Caller{Username: "system:serviceaccount:cnrm-system:other", PodName: "other-0"}
+	kccForeign  = leaseobject.Caller{Username: "system:serviceaccount:other-ns:cnrm-controller-manager-x", PodName: "x-0"}
+	kccColon    = leaseobject.Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-a:b", PodName: "p"}
+	kccMgrA     = leaseobject.Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-a"}
+	kccMgrB     = leaseobject.Caller{Username: "system:serviceaccount:cnrm-system:cnrm-controller-manager-b"}
+	kccMCLCtrl  = leaseobject.Caller{Username: "system:serviceaccount:multiclusterlease-system:default"}
+	kccOperator = leaseobject.Caller{Username: "system:serviceaccount:configconnector-operator-system:configconnector-operator"}
 )
 
 const kccAHolder = "cnrm-controller-manager-abc-0_3f2a9c"
@@ -159,12 +160,12 @@ type want struct {
 
 type decideCase struct {
 	name   string
-	res    Resource
-	op     Operation
+	res    leaseobject.Resource
+	op     leaseobject.Operation
 	sub    string
-	caller Caller
-	old    *Object
-	new    *Object
+	caller leaseobject.Caller
+	old    *leaseobject.Object
+	new    *leaseobject.Object
 	now    time.Duration // offset from t0
 	want   want
 	// mcl, when set, is what a MultiClusterLease gets instead: a plain
@@ -203,19 +204,19 @@ func rate(rule string, msg string, elapsed, interval time.Duration) want {
 		retry: interval - elapsed, renewal: elapsed, msg: msg}
 }
 
-func genericCases(res Resource) []decideCase {
+func genericCases(res leaseobject.Resource) []decideCase {
 	k := kindOf(res)
-	upd, cre, del := Update, Create, Delete
+	upd, cre, del := leaseobject.Update, leaseobject.Create, leaseobject.Delete
 	var cs []decideCase
 	add := func(c decideCase) {
 		c.res = res
 		c.name = k + "/" + c.name
-		if res == MultiClusterLeases && c.mcl != nil {
+		if res == leaseobject.MultiClusterLeases && c.mcl != nil {
 			c.want = *c.mcl
 		}
 		cs = append(cs, c)
 	}
-	obj := func(ns string, opts ...objOpt) *Object { return mk(res, ns, "l", opts...) }
+	obj := func(ns string, opts ...objOpt) *leaseobject.Object { return mk(res, ns, "l", opts...) }
 
 	// --- operators ---
 	add(decideCase{name: "operator by username changes holder and designation while fresh", op: upd, caller: opUser,
@@ -715,19 +716,19 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I9 lease name with the capture as a prefix", op: cre, caller: mgrA,
 		new: mk(res, "team-bound", "lease-ab"), now: 10 * sec,
 		want: denySub("bound", InvariantBound, "may not write "+k+" team-bound/lease-ab (bound lease: lease-a)")})
-	add(decideCase{name: "I9 longer capture writing a shorter lease", op: cre, caller: Caller{Username: "user:mgr-ab"},
+	add(decideCase{name: "I9 longer capture writing a shorter lease", op: cre, caller: leaseobject.Caller{Username: "user:mgr-ab"},
 		new: mk(res, "team-bound", "lease-a"), now: 10 * sec,
 		want: denyMsg("bound", InvariantBound, "leaseguard: rule bound: user:mgr-ab may not write "+k+" team-bound/lease-a (bound lease: lease-ab)")})
-	add(decideCase{name: "I1 bound: capture containing ':' is no manager", op: cre, caller: Caller{Username: "user:mgr-a:x"},
+	add(decideCase{name: "I1 bound: capture containing ':' is no manager", op: cre, caller: leaseobject.Caller{Username: "user:mgr-a:x"},
 		new: mk(res, "team-bound", "lease-a"), now: 10 * sec,
 		want: denyMsg("bound", InvariantManager, "leaseguard: rule bound: user:mgr-a:x is not a manager of "+k+" team-bound/lease-a (managers: user:mgr-{id})")})
-	add(decideCase{name: "I1 bound: empty capture is no manager", op: cre, caller: Caller{Username: "user:mgr-"},
+	add(decideCase{name: "I1 bound: empty capture is no manager", op: cre, caller: leaseobject.Caller{Username: "user:mgr-"},
 		new: mk(res, "team-bound", "lease-"), now: 10 * sec,
 		want: denySub("bound", InvariantManager, "is not a manager of "+k+" team-bound/lease- (managers: user:mgr-{id})")})
 
 	// --- I9 bound by name and namespace (Config Connector's dedicated
 	// manager namespaces) ---
-	mnsA := Caller{Username: "system:serviceaccount:mns-a:m-x"}
+	mnsA := leaseobject.Caller{Username: "system:serviceaccount:mns-a:m-x"}
 	add(decideCase{name: "I9 namespace-bound manager creates its lease in its namespace", op: cre, caller: mnsA,
 		new: mk(res, "mns-a", "lease-x"), now: 10 * sec, want: allow("bound-ns")})
 	add(decideCase{name: "I9 namespace-bound manager renews its lease", op: upd, caller: mnsA,
@@ -742,7 +743,7 @@ func genericCases(res Resource) []decideCase {
 	add(decideCase{name: "I9 namespace-bound manager deletes its lease name in another namespace", op: del, caller: mnsA,
 		old: mk(res, "mns-b", "lease-x"), now: 10 * sec,
 		want: denySub("bound-ns", InvariantBound, "may not write "+k+" mns-b/lease-x (bound lease: mns-a/lease-x)")})
-	add(decideCase{name: "I1 namespace-bound: a username with another ':' is no manager", op: cre, caller: Caller{Username: "system:serviceaccount:mns-a:m-x:y"},
+	add(decideCase{name: "I1 namespace-bound: a username with another ':' is no manager", op: cre, caller: leaseobject.Caller{Username: "system:serviceaccount:mns-a:m-x:y"},
 		new: mk(res, "mns-a", "lease-x"), now: 10 * sec,
 		want: denyMsg("bound-ns", InvariantManager, "leaseguard: rule bound-ns: system:serviceaccount:mns-a:m-x:y is not a manager of "+k+" mns-a/lease-x (managers: system:serviceaccount:{mns}:m-{id})")})
 
@@ -804,15 +805,15 @@ func genericCases(res Resource) []decideCase {
 }
 
 func leaseOnlyCases() []decideCase {
-	res := Leases
-	upd, cre, del := Update, Create, Delete
+	res := leaseobject.Leases
+	upd, cre, del := leaseobject.Update, leaseobject.Create, leaseobject.Delete
 	var cs []decideCase
 	add := func(c decideCase) {
 		c.res = res
 		c.name = "lease/" + c.name
 		cs = append(cs, c)
 	}
-	obj := func(ns string, opts ...objOpt) *Object { return mk(res, ns, "l", opts...) }
+	obj := func(ns string, opts ...objOpt) *leaseobject.Object { return mk(res, ns, "l", opts...) }
 
 	i4count := func(from, to string) string {
 		return "leaseguard: rule open: user:mgr-b changes the holder without counting the transition on lease team-open/l (leaseTransitions must go from " + from + " to " + to + ")"
@@ -855,7 +856,7 @@ func leaseOnlyCases() []decideCase {
 		want: allow("open")})
 
 	// Realistic namespace-mode KCC leases (bind + pod binding + auto interval).
-	kcc := func(name string, opts ...objOpt) *Object {
+	kcc := func(name string, opts ...objOpt) *leaseobject.Object {
 		return mk(res, "cnrm-system", name, append([]objOpt{holder(kccAHolder)}, opts...)...)
 	}
 	add(decideCase{name: "I9 kcc manager creates its bound lease", op: cre, caller: kccA,
@@ -895,7 +896,7 @@ func leaseOnlyCases() []decideCase {
 
 	// Leases have no status subresource: such a request is judged as a
 	// write of the Lease itself, not by I8.
-	add(decideCase{name: "status subresource of a Lease is not I8", op: upd, sub: StatusSubresource, caller: mgrA,
+	add(decideCase{name: "status subresource of a Lease is not I8", op: upd, sub: leaseobject.StatusSubresource, caller: mgrA,
 		old: obj("team-auto", desig("user:mgr-a")), new: obj("team-auto", desig("user:mgr-a"), renewAt(10*sec)), now: 10 * sec,
 		want: allowRenewal("auto", 10*sec)})
 
@@ -906,16 +907,16 @@ func leaseOnlyCases() []decideCase {
 }
 
 func mclOnlyCases() []decideCase {
-	res := MultiClusterLeases
-	upd, del := Update, Delete
+	res := leaseobject.MultiClusterLeases
+	upd, del := leaseobject.Update, leaseobject.Delete
 	var cs []decideCase
 	add := func(c decideCase) {
 		c.res = res
 		c.name = "multiclusterlease/" + c.name
 		cs = append(cs, c)
 	}
-	obj := func(ns string, opts ...objOpt) *Object { return mk(res, ns, "l", opts...) }
-	st := StatusSubresource
+	obj := func(ns string, opts ...objOpt) *leaseobject.Object { return mk(res, ns, "l", opts...) }
+	st := leaseobject.StatusSubresource
 
 	// --- I8 ---
 	i8 := func(caller string) string {
@@ -970,7 +971,7 @@ func mclOnlyCases() []decideCase {
 		want: rate("autoiv-slow", "leaseguard: rule autoiv-slow: user:mgr-a renews too often multiclusterlease team-autoiv-slow/l (renewed 9s after the stored renewal, minimum 10s)", 9*sec, 10*sec)})
 
 	// --- the sample's kcc-mcl rule ---
-	kcc := func(opts ...objOpt) *Object { return mk(res, "cnrm-system", "kcc-leader", opts...) }
+	kcc := func(opts ...objOpt) *leaseobject.Object { return mk(res, "cnrm-system", "kcc-leader", opts...) }
 	a := kccMgrA.Username
 	add(decideCase{name: "kcc-mcl designated manager renews", op: upd, caller: kccMgrA,
 		old: kcc(desig(a)), new: kcc(desig(a), renewAt(5*sec)), now: 5 * sec,
@@ -989,7 +990,7 @@ func mclOnlyCases() []decideCase {
 	add(decideCase{name: "kcc-mcl controller adds its finalizer", op: upd, caller: kccMCLCtrl,
 		old: kcc(desig(a)), new: kcc(desig(a), ctrlFinalizer()), now: 5 * sec, want: allow("kcc-mcl")})
 	add(decideCase{name: "kcc-mcl controller replaces the finalizers", op: upd, caller: kccMCLCtrl,
-		old: kcc(desig(a), func(o *Object) { o.Finalizers = `["example.com/mine"]` }), new: kcc(desig(a), func(o *Object) { o.Finalizers = `["example.com/never-released"]` }), now: 5 * sec,
+		old: kcc(desig(a), func(o *leaseobject.Object) { o.Finalizers = `["example.com/mine"]` }), new: kcc(desig(a), func(o *leaseobject.Object) { o.Finalizers = `["example.com/never-released"]` }), now: 5 * sec,
 		want: denyMsg("kcc-mcl", InvariantMetadata, "leaseguard: rule kcc-mcl: system:serviceaccount:multiclusterlease-system:default may not change finalizers of multiclusterlease cnrm-system/kcc-leader (status writers change only finalizer multiclusterlease.core.cnrm.cloud.google.com/finalizer)")})
 	add(decideCase{name: "kcc-mcl controller changes spec", op: upd, caller: kccMCLCtrl,
 		old: kcc(desig(a)), new: kcc(desig(a), holder("forged")), now: 5 * sec,
@@ -1014,8 +1015,8 @@ func allDecideCases() []decideCase {
 	return cs
 }
 
-func (c *decideCase) request() *Request {
-	return &Request{
+func (c *decideCase) request() *leaseobject.Request {
+	return &leaseobject.Request{
 		Resource:    c.res,
 		Operation:   c.op,
 		Subresource: c.sub,
@@ -1121,11 +1122,11 @@ func checkMessage(t *testing.T, msg string) {
 // table) and every resource with an allow and a denial.
 func TestDecideCoversEveryInvariant(t *testing.T) {
 	type key struct {
-		res Resource
+		res leaseobject.Resource
 		inv Invariant
 	}
 	denied := map[key]bool{}
-	allowed := map[Resource]bool{}
+	allowed := map[leaseobject.Resource]bool{}
 	for _, c := range allDecideCases() {
 		if c.want.verdict == Deny {
 			denied[key{c.res, c.want.inv}] = true
@@ -1145,7 +1146,7 @@ func TestDecideCoversEveryInvariant(t *testing.T) {
 			t.Errorf("no allow case for %s", res)
 		}
 	}
-	if !denied[key{MultiClusterLeases, InvariantStatus}] {
+	if !denied[key{leaseobject.MultiClusterLeases, InvariantStatus}] {
 		t.Errorf("no I8 denial case")
 	}
 	// I10 and I11 are exercised by the hardening table (hardCases), on
@@ -1187,7 +1188,7 @@ func TestDenialMessagesFollowDocumentedFormat(t *testing.T) {
 
 func TestDecideWithoutObject(t *testing.T) {
 	p := mustCompile(t, decidePolicy)
-	d := Decide(p, &Request{Resource: Leases, Operation: Update, Caller: stranger, Now: t0})
+	d := Decide(p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: stranger, Now: t0})
 	if d.Verdict != Allow || d.Rule != "" || d.Message != "" {
 		t.Errorf("Decide without objects = %+v, want a plain allow", d)
 	}
@@ -1213,14 +1214,14 @@ rules:
 	warn := mustCompile(t, fmt.Sprintf(tmpl, "warn"))
 	audit := mustCompile(t, fmt.Sprintf(tmpl, "audit"))
 	for _, res := range bothResources {
-		reqs := map[string]*Request{
-			"I1": {Resource: res, Operation: Update, Caller: stranger, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", renewAt(sec)), Now: t0.Add(sec)},
-			"I2": {Resource: res, Operation: Delete, Caller: mgrB, Old: mk(res, "ns", "l", desig("user:mgr-a")), Now: t0.Add(sec)},
-			"I3": {Resource: res, Operation: Update, Caller: mgrB, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", desig("user:mgr-a")), Now: t0.Add(sec)},
-			"I4": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", takeover(res, "pod_1", sec)), Now: t0.Add(sec)},
-			"I5": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", renewAt(9*sec)), Now: t0.Add(9 * sec)},
-			"I6": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(sec), leaseDur(20*sec)), Now: t0.Add(sec)},
-			"I7": {Resource: res, Operation: Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(-sec)), Now: t0.Add(sec)},
+		reqs := map[string]*leaseobject.Request{
+			"I1": {Resource: res, Operation: leaseobject.Update, Caller: stranger, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", renewAt(sec)), Now: t0.Add(sec)},
+			"I2": {Resource: res, Operation: leaseobject.Delete, Caller: mgrB, Old: mk(res, "ns", "l", desig("user:mgr-a")), Now: t0.Add(sec)},
+			"I3": {Resource: res, Operation: leaseobject.Update, Caller: mgrB, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", desig("user:mgr-a")), Now: t0.Add(sec)},
+			"I4": {Resource: res, Operation: leaseobject.Update, Caller: podA, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", takeover(res, "pod_1", sec)), Now: t0.Add(sec)},
+			"I5": {Resource: res, Operation: leaseobject.Update, Caller: podA, Old: mk(res, "ns", "l"), New: mk(res, "ns", "l", renewAt(9*sec)), Now: t0.Add(9 * sec)},
+			"I6": {Resource: res, Operation: leaseobject.Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(sec), leaseDur(20*sec)), Now: t0.Add(sec)},
+			"I7": {Resource: res, Operation: leaseobject.Update, Caller: podA, Old: mk(res, "ns", "l", holder("pod")), New: mk(res, "ns", "l", holder("pod"), renewAt(-sec)), Now: t0.Add(sec)},
 		}
 		for inv, req := range reqs {
 			t.Run(string(res)+"/"+inv, func(t *testing.T) {
@@ -1256,27 +1257,27 @@ func TestDenialMessagesHostileValues(t *testing.T) {
 	longName := strings.Repeat("n", 253)
 	cases := []struct {
 		name string
-		req  *Request
+		req  *leaseobject.Request
 		inv  Invariant
 	}{
-		{"newline in holder (I5)", &Request{Resource: Leases, Operation: Create, Caller: podA,
-			New: mk(Leases, "team-pod", "l", holder("evil\nholder")), Now: t0.Add(10 * sec)}, InvariantHolder},
-		{"newline in holder (I4)", &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
-			Old: mk(MultiClusterLeases, "team-open", "l"), New: mk(MultiClusterLeases, "team-open", "l", holder("h2\r\nX-Injected: 1")), Now: t0.Add(10 * sec)}, InvariantFencing},
-		{"newline in designation annotation (I3)", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
-			Old: mk(Leases, "team-auto", "l"), New: mk(Leases, "team-auto", "l", desig("user:mgr-b\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignationChange},
-		{"newline in stored designation (I2)", &Request{Resource: Leases, Operation: Delete, Caller: mgrB,
-			Old: mk(Leases, "team-auto", "l", desig("user:mgr-a\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignatedWriter},
-		{"newline in username (I1)", &Request{Resource: Leases, Operation: Create, Caller: Caller{Username: "user:evil\nline"},
-			New: mk(Leases, "team-auto", "l"), Now: t0.Add(10 * sec)}, InvariantManager},
-		{"long username and name", &Request{Resource: MultiClusterLeases, Operation: Create, Caller: Caller{Username: "user:" + long},
-			New: mk(MultiClusterLeases, "team-auto", longName), Now: t0.Add(10 * sec)}, InvariantManager},
-		{"long holders", &Request{Resource: Leases, Operation: Update, Caller: mgrB,
-			Old: mk(Leases, "team-open", longName, holder(long)), New: mk(Leases, "team-open", longName, holder(longUTF8)), Now: t0.Add(10 * sec)}, InvariantFencing},
-		{"long multibyte designation", &Request{Resource: Leases, Operation: Update, Caller: mgrA,
-			Old: mk(Leases, "team-auto", "l"), New: mk(Leases, "team-auto", "l", desig(longUTF8)), Now: t0.Add(10 * sec)}, InvariantDesignationChange},
-		{"long multibyte name", &Request{Resource: Leases, Operation: Create, Caller: stranger,
-			New: mk(Leases, "team-auto", longUTF8), Now: t0.Add(10 * sec)}, InvariantManager},
+		{"newline in holder (I5)", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Create, Caller: podA,
+			New: mk(leaseobject.Leases, "team-pod", "l", holder("evil\nholder")), Now: t0.Add(10 * sec)}, InvariantHolder},
+		{"newline in holder (I4)", &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Update, Caller: mgrB,
+			Old: mk(leaseobject.MultiClusterLeases, "team-open", "l"), New: mk(leaseobject.MultiClusterLeases, "team-open", "l", holder("h2\r\nX-Injected: 1")), Now: t0.Add(10 * sec)}, InvariantFencing},
+		{"newline in designation annotation (I3)", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: mgrA,
+			Old: mk(leaseobject.Leases, "team-auto", "l"), New: mk(leaseobject.Leases, "team-auto", "l", desig("user:mgr-b\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignationChange},
+		{"newline in stored designation (I2)", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Delete, Caller: mgrB,
+			Old: mk(leaseobject.Leases, "team-auto", "l", desig("user:mgr-a\nsecond line")), Now: t0.Add(10 * sec)}, InvariantDesignatedWriter},
+		{"newline in username (I1)", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Create, Caller: leaseobject.Caller{Username: "user:evil\nline"},
+			New: mk(leaseobject.Leases, "team-auto", "l"), Now: t0.Add(10 * sec)}, InvariantManager},
+		{"long username and name", &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Create, Caller: leaseobject.Caller{Username: "user:" + long},
+			New: mk(leaseobject.MultiClusterLeases, "team-auto", longName), Now: t0.Add(10 * sec)}, InvariantManager},
+		{"long holders", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: mgrB,
+			Old: mk(leaseobject.Leases, "team-open", longName, holder(long)), New: mk(leaseobject.Leases, "team-open", longName, holder(longUTF8)), Now: t0.Add(10 * sec)}, InvariantFencing},
+		{"long multibyte designation", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: mgrA,
+			Old: mk(leaseobject.Leases, "team-auto", "l"), New: mk(leaseobject.Leases, "team-auto", "l", desig(longUTF8)), Now: t0.Add(10 * sec)}, InvariantDesignationChange},
+		{"long multibyte name", &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Create, Caller: stranger,
+			New: mk(leaseobject.Leases, "team-auto", longUTF8), Now: t0.Add(10 * sec)}, InvariantManager},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1293,8 +1294,8 @@ func TestDenialMessagesHostileValues(t *testing.T) {
 // limit and marked.
 func TestDecideTruncatedMessage(t *testing.T) {
 	p := mustCompile(t, decidePolicy)
-	req := &Request{Resource: MultiClusterLeases, Operation: Create, Caller: Caller{Username: "user:" + strings.Repeat("x", 300)},
-		New: mk(MultiClusterLeases, "team-auto", strings.Repeat("n", 253)), Now: t0}
+	req := &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Create, Caller: leaseobject.Caller{Username: "user:" + strings.Repeat("x", 300)},
+		New: mk(leaseobject.MultiClusterLeases, "team-auto", strings.Repeat("n", 253)), Now: t0}
 	d := Decide(p, req)
 	if len(d.Message) != MaxMessageLength || !strings.HasSuffix(d.Message, "...") {
 		t.Errorf("message of %d bytes %q, want %d bytes ending in ...", len(d.Message), d.Message, MaxMessageLength)
@@ -1360,24 +1361,24 @@ rules:
   minRenewInterval: 5s
 `
 
-func renewalFixture(tb testing.TB) (*Policy, *Request) {
+func renewalFixture(tb testing.TB) (*Policy, *leaseobject.Request) {
 	tb.Helper()
 	p := mustCompile(tb, renewalFixturePolicy)
-	old := mk(Leases, "cnrm-system", "kcc-leader-team-a", holder(kccAHolder), desig(kccA.Username))
-	nw := mk(Leases, "cnrm-system", "kcc-leader-team-a", holder(kccAHolder), desig(kccA.Username), renewAt(5*sec))
-	return p, &Request{Resource: Leases, Operation: Update, Caller: kccA, Old: old, New: nw, Now: t0.Add(5 * sec)}
+	old := mk(leaseobject.Leases, "cnrm-system", "kcc-leader-team-a", holder(kccAHolder), desig(kccA.Username))
+	nw := mk(leaseobject.Leases, "cnrm-system", "kcc-leader-team-a", holder(kccAHolder), desig(kccA.Username), renewAt(5*sec))
+	return p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: kccA, Old: old, New: nw, Now: t0.Add(5 * sec)}
 }
 
 // deniedFixture: a KCC manager changes the shared MultiClusterLease while
 // another manager's designation is fresh (I2).
-func deniedFixture(tb testing.TB) (*Policy, *Request) {
+func deniedFixture(tb testing.TB) (*Policy, *leaseobject.Request) {
 	tb.Helper()
 	p := mustCompile(tb, decidePolicy)
 	a := kccMgrA.Username
-	old := mk(MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a))
+	old := mk(leaseobject.MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a))
 	// A renewal that also changes the lease duration: not a shared renewal
 	// (those are acknowledged, never refused by I2), so the designated
 	// writer's alone.
-	nw := mk(MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a), renewAt(5*sec), leaseDur(30*sec))
-	return p, &Request{Resource: MultiClusterLeases, Operation: Update, Caller: kccMgrB, Old: old, New: nw, Now: t0.Add(5 * sec)}
+	nw := mk(leaseobject.MultiClusterLeases, "cnrm-system", "kcc-leader", desig(a), renewAt(5*sec), leaseDur(30*sec))
+	return p, &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Update, Caller: kccMgrB, Old: old, New: nw, Now: t0.Add(5 * sec)}
 }

@@ -1,6 +1,9 @@
 package policy
 
-import "testing"
+import (
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+	"testing"
+)
 
 // TestDesignate: the mutating webhook stamps the caller on a manager's spec
 // write under designation: auto when the stored designation is absent or
@@ -8,36 +11,36 @@ import "testing"
 // must be admitted by the validating webhook.
 func TestDesignate(t *testing.T) {
 	p := mustCompile(t, decidePolicy)
-	L := Leases
+	L := leaseobject.Leases
 	cases := []struct {
 		name string
-		req  Request
+		req  leaseobject.Request
 		want string // "" = no stamp
 	}{
-		{"create by a manager", Request{Resource: L, Operation: Create, Caller: mgrA,
+		{"create by a manager", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: mgrA,
 			New: mk(L, "team-auto", "l")}, "user:mgr-a"},
-		{"renewal without designation", Request{Resource: L, Operation: Update, Caller: mgrB,
+		{"renewal without designation", leaseobject.Request{Resource: L, Operation: leaseobject.Update, Caller: mgrB,
 			Old: mk(L, "team-auto", "l"), New: mk(L, "team-auto", "l", renewAt(10*sec))}, "user:mgr-b"},
-		{"renewal by the designated manager", Request{Resource: L, Operation: Update, Caller: mgrA,
+		{"renewal by the designated manager", leaseobject.Request{Resource: L, Operation: leaseobject.Update, Caller: mgrA,
 			Old: mk(L, "team-auto", "l", desig("user:mgr-a")), New: mk(L, "team-auto", "l", desig("user:mgr-a"), renewAt(10*sec))}, ""},
-		{"another manager while fresh", Request{Resource: L, Operation: Update, Caller: mgrB,
+		{"another manager while fresh", leaseobject.Request{Resource: L, Operation: leaseobject.Update, Caller: mgrB,
 			Old: mk(L, "team-auto", "l", desig("user:mgr-a")), New: mk(L, "team-auto", "l", desig("user:mgr-a"), renewAt(17*sec))}, ""},
-		{"another manager when stale", Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrB,
-			Old: mk(MultiClusterLeases, "team-auto", "l", desig("user:mgr-a")),
-			New: mk(MultiClusterLeases, "team-auto", "l", desig("user:mgr-a"), takeover(MultiClusterLeases, "h2", 17*sec+1))}, "user:mgr-b"},
-		{"metadata-only update", Request{Resource: L, Operation: Update, Caller: mgrA,
+		{"another manager when stale", leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Update, Caller: mgrB,
+			Old: mk(leaseobject.MultiClusterLeases, "team-auto", "l", desig("user:mgr-a")),
+			New: mk(leaseobject.MultiClusterLeases, "team-auto", "l", desig("user:mgr-a"), takeover(leaseobject.MultiClusterLeases, "h2", 17*sec+1))}, "user:mgr-b"},
+		{"metadata-only update", leaseobject.Request{Resource: L, Operation: leaseobject.Update, Caller: mgrA,
 			Old: mk(L, "team-auto", "l"), New: mk(L, "team-auto", "l")}, ""},
-		{"client changed the designation itself", Request{Resource: L, Operation: Update, Caller: mgrA,
+		{"client changed the designation itself", leaseobject.Request{Resource: L, Operation: leaseobject.Update, Caller: mgrA,
 			Old: mk(L, "team-auto", "l"), New: mk(L, "team-auto", "l", desig("user:mgr-a"), renewAt(10*sec))}, ""},
-		{"delete", Request{Resource: L, Operation: Delete, Caller: mgrA, Old: mk(L, "team-auto", "l")}, ""},
-		{"status subresource", Request{Resource: MultiClusterLeases, Operation: Update, Subresource: StatusSubresource, Caller: mgrA,
-			Old: mk(MultiClusterLeases, "team-auto", "l"), New: mk(MultiClusterLeases, "team-auto", "l", renewAt(10*sec))}, ""},
-		{"non-manager", Request{Resource: L, Operation: Create, Caller: stranger, New: mk(L, "team-auto", "l")}, ""},
-		{"operator", Request{Resource: L, Operation: Create, Caller: opGroup, New: mk(L, "team-auto", "l")}, ""},
-		{"annotation mode", Request{Resource: L, Operation: Create, Caller: mgrA, New: mk(L, "team-annot", "l")}, ""},
-		{"fixed mode", Request{Resource: L, Operation: Create, Caller: mgrFixed, New: mk(L, "team-fixed", "l")}, ""},
-		{"no designation", Request{Resource: L, Operation: Create, Caller: mgrA, New: mk(L, "team-open", "l")}, ""},
-		{"no rule", Request{Resource: L, Operation: Create, Caller: mgrA, New: mk(L, "elsewhere", "l")}, ""},
+		{"delete", leaseobject.Request{Resource: L, Operation: leaseobject.Delete, Caller: mgrA, Old: mk(L, "team-auto", "l")}, ""},
+		{"status subresource", leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Update, Subresource: leaseobject.StatusSubresource, Caller: mgrA,
+			Old: mk(leaseobject.MultiClusterLeases, "team-auto", "l"), New: mk(leaseobject.MultiClusterLeases, "team-auto", "l", renewAt(10*sec))}, ""},
+		{"non-manager", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: stranger, New: mk(L, "team-auto", "l")}, ""},
+		{"operator", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: opGroup, New: mk(L, "team-auto", "l")}, ""},
+		{"annotation mode", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: mgrA, New: mk(L, "team-annot", "l")}, ""},
+		{"fixed mode", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: mgrFixed, New: mk(L, "team-fixed", "l")}, ""},
+		{"no designation", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: mgrA, New: mk(L, "team-open", "l")}, ""},
+		{"no rule", leaseobject.Request{Resource: L, Operation: leaseobject.Create, Caller: mgrA, New: mk(L, "elsewhere", "l")}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"math"
 	"net/http"
 	"strings"
@@ -45,35 +46,37 @@ rules:
 `
 
 var (
-	podB  = Caller{Username: "user:mgr-b", PodName: "pod-b"}
-	podA2 = Caller{Username: "user:mgr-a", PodName: "pod-2"}
-	op    = Caller{Username: "user:op"}
-	ctrl  = Caller{Username: "user:mcl-ctrl"}
+	podB  = leaseobject.Caller{Username: "user:mgr-b", PodName: "pod-b"}
+	podA2 = leaseobject.Caller{Username: "user:mgr-a", PodName: "pod-2"}
+	op    = leaseobject.Caller{Username: "user:op"}
+	ctrl  = leaseobject.Caller{Username: "user:mcl-ctrl"}
 )
 
 // in builds an object of the hardening cases: held by pod_1 (podA's pod),
 // designated to mgr-a.
-func in(res Resource, ns string, opts ...objOpt) *Object {
+func in(res leaseobject.Resource, ns string, opts ...objOpt) *leaseobject.Object {
 	return mk(res, ns, "l", append([]objOpt{holder("pod_1"), desig("user:mgr-a")}, opts...)...)
 }
 
-func renewWrite(d time.Duration) objOpt { return func(o *Object) { o.RenewWrite = t0.Add(d) } }
-func finalizers(f string) objOpt        { return func(o *Object) { o.Finalizers = f } }
-func ownerRefs(r string) objOpt         { return func(o *Object) { o.OwnerReferences = r } }
+func renewWrite(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.RenewWrite = t0.Add(d) }
+}
+func finalizers(f string) objOpt { return func(o *leaseobject.Object) { o.Finalizers = f } }
+func ownerRefs(r string) objOpt  { return func(o *leaseobject.Object) { o.OwnerReferences = r } }
 func unreadableRenewTime(raw string) objOpt {
-	return func(o *Object) {
+	return func(o *leaseobject.Object) {
 		o.Spec.RenewTime = time.Time{}
-		o.Unreadable = append(o.Unreadable, Unreadable{Field: "spec.renewTime", Raw: raw, Problem: raw + " is not a time"})
+		o.Unreadable = append(o.Unreadable, leaseobject.Unreadable{Field: "spec.renewTime", Raw: raw, Problem: raw + " is not a time"})
 	}
 }
 
 type hardCase struct {
 	name     string
-	res      Resource
-	op       Operation
+	res      leaseobject.Resource
+	op       leaseobject.Operation
 	sub      string
-	caller   Caller
-	old, new *Object
+	caller   leaseobject.Caller
+	old, new *leaseobject.Object
 	now      time.Duration
 	dryRun   bool
 	manager  string
@@ -83,20 +86,22 @@ type hardCase struct {
 	notice string // substring of Decision.Notice
 }
 
-func hardCases(res Resource) []hardCase {
+func hardCases(res leaseobject.Resource) []hardCase {
 	k := kindOf(res)
 	var cs []hardCase
 	add := func(c hardCase) {
 		c.res = res
 		c.name = k + "/" + c.name
-		if res == MultiClusterLeases && c.mcl != nil {
+		if res == leaseobject.MultiClusterLeases && c.mcl != nil {
 			c.want = *c.mcl
 		}
 		cs = append(cs, c)
 	}
-	upd, del := Update, Delete
+	upd, del := leaseobject.Update,
 
-	// I4: releases of a live lease.
+		// I4: releases of a live lease.
+		leaseobject.Delete
+
 	add(hardCase{name: "holder's pod releases", op: upd, caller: podA,
 		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(1*sec)), now: 1 * sec, want: allow("hard")})
 	add(hardCase{name: "sibling pod releases the live lease of another", op: upd, caller: podA2,
@@ -128,7 +133,7 @@ func hardCases(res Resource) []hardCase {
 		old: in(res, "hard"), now: 2 * sec,
 		want: denyMsg("hard", InvariantDesignatedWriter, "leaseguard: rule hard: user:mgr-b is not the designated manager of "+k+" hard/l (designated: user:mgr-a, stale in 15s)")})
 	add(hardCase{name: "status writer deletes a live lease", op: del, caller: ctrl,
-		old: in(res, "hard", finalizers(`[`+`"`+ControllerFinalizer+`"`+`]`)), now: 2 * sec,
+		old: in(res, "hard", finalizers(`[`+`"`+leaseobject.ControllerFinalizer+`"`+`]`)), now: 2 * sec,
 		want: denySub("hard", InvariantManager, "user:mcl-ctrl is not a manager of "+k+" hard/l")})
 	add(hardCase{name: "unreadable stored renewTime: a sibling's delete is judged by the stored write", op: del, caller: podA2,
 		old: in(res, "hard", unreadableRenewTime(`"yesterday"`), renewWrite(-5*sec)), now: 2 * sec,
@@ -143,7 +148,7 @@ func hardCases(res Resource) []hardCase {
 
 	// I7: times.
 	add(hardCase{name: "acquireTime in 2099", op: upd, caller: podA,
-		old: in(res, "hard"), new: in(res, "hard", func(o *Object) { o.Spec.AcquireTime = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC) }, renewAt(6*sec)), now: 6 * sec,
+		old: in(res, "hard"), new: in(res, "hard", func(o *leaseobject.Object) { o.Spec.AcquireTime = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC) }, renewAt(6*sec)), now: 6 * sec,
 		want: denySub("hard", InvariantLeaseTimes, " sets an acquireTime in the future on "+k+" hard/l (acquireTime 648644h ahead of the server clock, allowed 2s)")})
 	add(hardCase{name: "renewTime cleared while held", op: upd, caller: podA,
 		old: in(res, "hard"), new: in(res, "hard", noRenew()), now: 6 * sec,
@@ -161,7 +166,7 @@ func hardCases(res Resource) []hardCase {
 	add(hardCase{name: "server write time lags renewTime: renewTime counts", op: upd, caller: podA,
 		old: in(res, "hard", renewWrite(-1*sec)), new: in(res, "hard", renewAt(6*sec)), now: 6 * sec, want: allowRenewal("hard", 6*sec)})
 	add(hardCase{name: "managedFields time of the last renewal moved backwards", op: upd, caller: podA,
-		old: in(res, "hard", renewWrite(5*sec)), new: in(res, "hard", renewWrite(-100*sec), func(o *Object) { o.Finalizers = `["x"]` }), now: 6 * sec,
+		old: in(res, "hard", renewWrite(5*sec)), new: in(res, "hard", renewWrite(-100*sec), func(o *leaseobject.Object) { o.Finalizers = `["x"]` }), now: 6 * sec,
 		want: denyMsg("hard", InvariantLeaseTimes, "leaseguard: rule hard: user:mgr-a rewrites the managedFields time of the last renewal of "+k+" hard/l (the API server records it: 2025-01-02T03:04:10Z)")})
 	add(hardCase{name: "label-only write rewinding managedFields", op: upd, caller: podB,
 		old: in(res, "hard", renewWrite(5*sec)), new: in(res, "hard", renewWrite(-100*sec)), now: 6 * sec,
@@ -184,15 +189,15 @@ func hardCases(res Resource) []hardCase {
 		old: in(res, "hard"), new: in(res, "hard", finalizers(`["x"]`)), now: 1 * sec, want: allow("hard")})
 	// The status writer (the MultiClusterLease controller) adds and removes
 	// its own finalizer, and changes nothing else of the object (issue 41).
-	own, mine := `"`+ControllerFinalizer+`"`, `"example.com/mine"`
+	own, mine := `"`+leaseobject.ControllerFinalizer+`"`, `"example.com/mine"`
 	swRefused := func(inv Invariant, what string) want {
-		if res == Leases {
+		if res == leaseobject.Leases {
 			return denyMsg("hard", InvariantManager, "leaseguard: rule hard: user:mcl-ctrl is not a manager of lease hard/l (managers: user:mgr-*)")
 		}
-		return denyMsg("hard", inv, "leaseguard: rule hard: user:mcl-ctrl may not change "+what+" of multiclusterlease hard/l (status writers change only finalizer "+ControllerFinalizer+")")
+		return denyMsg("hard", inv, "leaseguard: rule hard: user:mcl-ctrl may not change "+what+" of multiclusterlease hard/l (status writers change only finalizer "+leaseobject.ControllerFinalizer+")")
 	}
 	swAdmitted := allow("hard")
-	if res == Leases {
+	if res == leaseobject.Leases {
 		swAdmitted = swRefused("", "")
 	}
 	add(hardCase{name: "status writer adds its finalizer", op: upd, caller: ctrl,
@@ -217,19 +222,19 @@ func hardCases(res Resource) []hardCase {
 		old: in(res, "hard"), new: in(res, "hard", ownerRefs(`[{"name":"x"}]`)), now: 1 * sec,
 		want: swRefused(InvariantMetadata, "ownerReferences")})
 	add(hardCase{name: "status writer labels the object", op: upd, caller: ctrl,
-		old: in(res, "hard"), new: in(res, "hard", func(o *Object) { o.Labels = `{"team":"ctrl"}` }), now: 1 * sec,
+		old: in(res, "hard"), new: in(res, "hard", func(o *leaseobject.Object) { o.Labels = `{"team":"ctrl"}` }), now: 1 * sec,
 		want: swRefused(InvariantManager, "labels")})
 	add(hardCase{name: "status writer annotates the object beside its finalizer", op: upd, caller: ctrl,
-		old: in(res, "hard"), new: in(res, "hard", finalizers(`[`+own+`]`), func(o *Object) { o.Annotations = `{"x":"y"}` }), now: 1 * sec,
+		old: in(res, "hard"), new: in(res, "hard", finalizers(`[`+own+`]`), func(o *leaseobject.Object) { o.Annotations = `{"x":"y"}` }), now: 1 * sec,
 		want: swRefused(InvariantManager, "annotations")})
 	add(hardCase{name: "status writer sets generateName", op: upd, caller: ctrl,
-		old: in(res, "hard"), new: in(res, "hard", func(o *Object) { o.GenerateName = "x-" }), now: 1 * sec,
+		old: in(res, "hard"), new: in(res, "hard", func(o *leaseobject.Object) { o.GenerateName = "x-" }), now: 1 * sec,
 		want: swRefused(InvariantManager, "generateName")})
 
 	// Stored objects leaseguard cannot read never block operators, status
 	// writers or deletion, and the holder renews.
 	garbled := unreadableRenewTime(`"yesterday"`)
-	if res == MultiClusterLeases {
+	if res == leaseobject.MultiClusterLeases {
 		add(hardCase{name: "unreadable stored renewTime: status writer removes its finalizer", op: upd, caller: ctrl,
 			old: in(res, "hard", garbled, finalizers(`[`+own+`]`)), new: in(res, "hard", garbled), now: 1 * sec, want: allow("hard"), notice: "unreadable spec.renewTime"})
 	}
@@ -275,7 +280,7 @@ func TestHardening(t *testing.T) {
 	for _, res := range bothResources {
 		for _, c := range hardCases(res) {
 			t.Run(c.name, func(t *testing.T) {
-				req := &Request{Resource: c.res, Operation: c.op, Subresource: c.sub, Caller: c.caller, Old: c.old, New: c.new,
+				req := &leaseobject.Request{Resource: c.res, Operation: c.op, Subresource: c.sub, Caller: c.caller, Old: c.old, New: c.new,
 					Now: t0.Add(c.now), DryRun: c.dryRun, FieldManager: c.manager}
 				simulateServerStamp(req)
 				d := Decide(p, req)
@@ -292,7 +297,7 @@ func TestHardening(t *testing.T) {
 // managedFields time of the renewTime's owner on the written object: now, when
 // the write changes renewTime, else the stored time; a case that sets it
 // itself (to rewind it) keeps its value.
-func simulateServerStamp(req *Request) {
+func simulateServerStamp(req *leaseobject.Request) {
 	if req.Old == nil || req.New == nil || !req.New.RenewWrite.IsZero() {
 		return
 	}
@@ -306,17 +311,17 @@ func TestTransitionsCountOnlyAcquisitions(t *testing.T) {
 	p := mustCompile(t, hardPolicy)
 	cases := []struct {
 		name     string
-		old, new *Object
+		old, new *leaseobject.Object
 		want     string // substring of the denial, "" for an allow
 	}{
-		{"rewound by the holder", in(Leases, "plain", transitions(6)), in(Leases, "plain", transitions(0), renewAt(6*sec)),
+		{"rewound by the holder", in(leaseobject.Leases, "plain", transitions(6)), in(leaseobject.Leases, "plain", transitions(0), renewAt(6*sec)),
 			"changes leaseTransitions (6 to 0) without a new holder on lease plain/l (leaseTransitions changes only on acquisition)"},
-		{"raised to the maximum by the holder", in(Leases, "plain"), in(Leases, "plain", transitions(math.MaxInt32), renewAt(6*sec)),
+		{"raised to the maximum by the holder", in(leaseobject.Leases, "plain"), in(leaseobject.Leases, "plain", transitions(math.MaxInt32), renewAt(6*sec)),
 			"changes leaseTransitions (1 to 2147483647) without a new holder"},
-		{"changed on release", in(Leases, "plain"), in(Leases, "plain", holder(""), transitions(5), renewAt(6*sec)),
+		{"changed on release", in(leaseobject.Leases, "plain"), in(leaseobject.Leases, "plain", holder(""), transitions(5), renewAt(6*sec)),
 			"changes leaseTransitions (1 to 5) on release of lease plain/l (a release keeps leaseTransitions)"},
-		{"kept on release", in(Leases, "plain"), in(Leases, "plain", holder(""), renewAt(6*sec)), ""},
-		{"counted on acquisition of an expired lease", in(Leases, "plain"), in(Leases, "plain", holder("x"), transitions(2), acquireAt(20*sec), renewAt(20*sec)), ""},
+		{"kept on release", in(leaseobject.Leases, "plain"), in(leaseobject.Leases, "plain", holder(""), renewAt(6*sec)), ""},
+		{"counted on acquisition of an expired lease", in(leaseobject.Leases, "plain"), in(leaseobject.Leases, "plain", holder("x"), transitions(2), acquireAt(20*sec), renewAt(20*sec)), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -324,7 +329,7 @@ func TestTransitionsCountOnlyAcquisitions(t *testing.T) {
 			if c.new.Spec.Holder == "x" {
 				now = 20 * sec
 			}
-			d := Decide(p, &Request{Resource: Leases, Operation: Update, Caller: mgrA, Old: c.old, New: c.new, Now: t0.Add(now)})
+			d := Decide(p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: mgrA, Old: c.old, New: c.new, Now: t0.Add(now)})
 			if c.want == "" {
 				if d.Verdict != Allow {
 					t.Fatalf("denied: %s", d.Message)
@@ -336,7 +341,7 @@ func TestTransitionsCountOnlyAcquisitions(t *testing.T) {
 			}
 		})
 	}
-	create := Decide(p, &Request{Resource: Leases, Operation: Create, Caller: mgrA, New: mk(Leases, "plain", "l", transitions(math.MaxInt32)), Now: t0})
+	create := Decide(p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Create, Caller: mgrA, New: mk(leaseobject.Leases, "plain", "l", transitions(math.MaxInt32)), Now: t0})
 	if create.Verdict != Deny || !strings.Contains(create.Message, "creates with leaseTransitions 2147483647 lease plain/l (leaves no room to count the next acquisition)") {
 		t.Errorf("create with the maximum count: %v %q", create.Verdict, create.Message)
 	}
@@ -344,17 +349,17 @@ func TestTransitionsCountOnlyAcquisitions(t *testing.T) {
 
 func TestCoalesce(t *testing.T) {
 	p := mustCompile(t, hardPolicy)
-	renewal := func(ns string, caller Caller, advance time.Duration, opts ...objOpt) *Request {
-		old := mk(Leases, ns, "l", holder("h1"), desig("user:mgr-a"))
-		nw := mk(Leases, ns, "l", append([]objOpt{holder("h1"), desig("user:mgr-a"), renewAt(advance)}, opts...)...)
-		return &Request{Resource: Leases, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(advance)}
+	renewal := func(ns string, caller leaseobject.Caller, advance time.Duration, opts ...objOpt) *leaseobject.Request {
+		old := mk(leaseobject.Leases, ns, "l", holder("h1"), desig("user:mgr-a"))
+		nw := mk(leaseobject.Leases, ns, "l", append([]objOpt{holder("h1"), desig("user:mgr-a"), renewAt(advance)}, opts...)...)
+		return &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: caller, Old: old, New: nw, Now: t0.Add(advance)}
 	}
 	if got := p.Rules[1].CoalesceInterval(); got != 7*sec {
 		t.Fatalf("coalesceRenewals auto = %v, want 7s for client-go's timings and a 2s clock skew", got)
 	}
 	cases := []struct {
 		name string
-		req  *Request
+		req  *leaseobject.Request
 		want bool
 	}{
 		{"designated holder renews 2s after the stored renewal", renewal("coalesce", mgrA, 2*sec), true},
@@ -405,8 +410,8 @@ rules:
 
 func TestDesignateWithGenerateName(t *testing.T) {
 	p := mustCompile(t, hardPolicy)
-	nw := &Object{Namespace: "hard", GenerateName: "kcc-", Spec: Spec{Holder: "pod_1", RenewTime: t0}}
-	user, ok := Designate(p, &Request{Resource: MultiClusterLeases, Operation: Create, Caller: podA, New: nw, Now: t0})
+	nw := &leaseobject.Object{Namespace: "hard", GenerateName: "kcc-", Spec: leaseobject.Spec{Holder: "pod_1", RenewTime: t0}}
+	user, ok := Designate(p, &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Create, Caller: podA, New: nw, Now: t0})
 	if !ok || user != "user:mgr-a" {
 		t.Fatalf("Designate = %q %v, want the caller stamped on a generateName create", user, ok)
 	}
@@ -428,46 +433,48 @@ func TestAcknowledge(t *testing.T) {
   managers: ["user:mgr-*"]
   designation: annotation
 `)
-	renewal := func(res Resource, ns string, caller Caller, at time.Duration, opts ...objOpt) *Request {
+	renewal := func(res leaseobject.Resource, ns string, caller leaseobject.Caller, at time.Duration, opts ...objOpt) *leaseobject.Request {
 		old := in(res, ns)
 		nw := in(res, ns, append([]objOpt{renewAt(at), stampedAt(at)}, opts...)...)
-		return &Request{Resource: res, Operation: Update, Caller: caller, Old: old, New: nw, Now: t0.Add(at)}
+		return &leaseobject.Request{Resource: res, Operation: leaseobject.Update, Caller: caller, Old: old, New: nw, Now: t0.Add(at)}
 	}
-	untyped := func(o *Object) { o.Untyped = []Unreadable{{Field: "spec.renewTime", Raw: `"x"`}} }
-	ahead := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	untyped := func(o *leaseobject.Object) {
+		o.Untyped = []leaseobject.Unreadable{{Field: "spec.renewTime", Raw: `"x"`}}
+	}
+	ahead := renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec)
 	ahead.New.Spec.RenewTime = t0.Add(5 * sec)
-	storedUntyped := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	storedUntyped := renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec)
 	untyped(storedUntyped.Old)
-	undesignated := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	undesignated := renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec)
 	undesignated.Old.HasDesignation, undesignated.Old.Designated = false, ""
 	undesignated.New.HasDesignation, undesignated.New.Designated = false, ""
-	status := renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec)
-	status.Subresource = StatusSubresource
+	status := renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec)
+	status.Subresource = leaseobject.StatusSubresource
 	cases := []struct {
 		name string
-		req  *Request
+		req  *leaseobject.Request
 		want bool
 	}{
-		{"another manager renews while the designation is fresh", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec), true},
-		{"another manager renews 1ns before the designation goes stale", renewal(MultiClusterLeases, "coalesce", mgrB, 17*sec), true},
-		{"another manager renews once it is stale: stored (and takes over)", renewal(MultiClusterLeases, "coalesce", mgrB, 17*sec+1), false},
-		{"another manager with a clock behind the stored renewal", renewal(MultiClusterLeases, "coalesce", mgrB, -sec), true},
-		{"the designated manager renews: coalescing decides", renewal(MultiClusterLeases, "coalesce", mgrA, 2*sec), false},
-		{"another manager's pod renews the holder's lease", renewal(MultiClusterLeases, "hard", Caller{Username: "user:mgr-b", PodName: "pod"}, 2*sec), true},
-		{"another manager's pod is not the holder's", renewal(MultiClusterLeases, "hard", podB, 2*sec), false},
-		{"a stranger renews", renewal(MultiClusterLeases, "coalesce", stranger, 2*sec), false},
-		{"an operator renews: stored", renewal(MultiClusterLeases, "hard", op, 2*sec), false},
-		{"another manager also changes a lease field", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec, leaseDur(20*sec)), false},
-		{"another manager changes the holder", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec, holder("pod_2")), false},
+		{"another manager renews while the designation is fresh", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec), true},
+		{"another manager renews 1ns before the designation goes stale", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 17*sec), true},
+		{"another manager renews once it is stale: stored (and takes over)", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 17*sec+1), false},
+		{"another manager with a clock behind the stored renewal", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, -sec), true},
+		{"the designated manager renews: coalescing decides", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrA, 2*sec), false},
+		{"another manager's pod renews the holder's lease", renewal(leaseobject.MultiClusterLeases, "hard", leaseobject.Caller{Username: "user:mgr-b", PodName: "pod"}, 2*sec), true},
+		{"another manager's pod is not the holder's", renewal(leaseobject.MultiClusterLeases, "hard", podB, 2*sec), false},
+		{"a stranger renews", renewal(leaseobject.MultiClusterLeases, "coalesce", stranger, 2*sec), false},
+		{"an operator renews: stored", renewal(leaseobject.MultiClusterLeases, "hard", op, 2*sec), false},
+		{"another manager also changes a lease field", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec, leaseDur(20*sec)), false},
+		{"another manager changes the holder", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec, holder("pod_2")), false},
 		{"another manager's renewTime is ahead of the clock: validation refuses it", ahead, false},
-		{"another manager writes a time typed clients cannot read", renewal(MultiClusterLeases, "coalesce", mgrB, 2*sec, untyped), false},
+		{"another manager writes a time typed clients cannot read", renewal(leaseobject.MultiClusterLeases, "coalesce", mgrB, 2*sec, untyped), false},
 		{"the stored time is one typed clients cannot read: stored, repaired", storedUntyped, false},
 		{"nobody is designated yet: stored (and designated)", undesignated, false},
-		{"no designation in the rule", renewal(MultiClusterLeases, "plain", mgrB, 2*sec), false},
-		{"a fixed designation: another manager", renewal(MultiClusterLeases, "fixed", mgrB, 2*sec), true},
-		{"a fixed designation: the fixed manager", renewal(MultiClusterLeases, "fixed", mgrA, 2*sec), false},
-		{"an annotated designation: another manager", renewal(MultiClusterLeases, "annotated", mgrB, 2*sec), true},
-		{"a Lease: candidates have identities of their own", renewal(Leases, "coalesce", mgrB, 2*sec), false},
+		{"no designation in the rule", renewal(leaseobject.MultiClusterLeases, "plain", mgrB, 2*sec), false},
+		{"a fixed designation: another manager", renewal(leaseobject.MultiClusterLeases, "fixed", mgrB, 2*sec), true},
+		{"a fixed designation: the fixed manager", renewal(leaseobject.MultiClusterLeases, "fixed", mgrA, 2*sec), false},
+		{"an annotated designation: another manager", renewal(leaseobject.MultiClusterLeases, "annotated", mgrB, 2*sec), true},
+		{"a Lease: candidates have identities of their own", renewal(leaseobject.Leases, "coalesce", mgrB, 2*sec), false},
 		{"the status subresource", status, false},
 	}
 	for _, c := range cases {
@@ -495,39 +502,41 @@ func TestAcknowledge(t *testing.T) {
 // this check) decides nothing (third attack round, docs/security.md).
 func TestManagedFieldsTimesAheadOfTheClock(t *testing.T) {
 	p := mustCompile(t, hardPolicy)
-	entry := func(key string, at time.Duration) ManagedTime {
+	entry := func(key string, at time.Duration) leaseobject.ManagedTime {
 		ts := t0.Add(at).UTC().Truncate(time.Second)
-		return ManagedTime{Key: key, Raw: ts.Format(time.RFC3339), Time: ts}
+		return leaseobject.ManagedTime{Key: key, Raw: ts.Format(time.RFC3339), Time: ts}
 	}
-	times := func(ms ...ManagedTime) objOpt { return func(o *Object) { o.ManagedTimes = ms } }
+	times := func(ms ...leaseobject.ManagedTime) objOpt {
+		return func(o *leaseobject.Object) { o.ManagedTimes = ms }
+	}
 	renewer := "kcc\nUpdate\n\ncoordination.k8s.io/v1"
 	year := 365 * 24 * time.Hour
-	label := func(o *Object) {}
+	label := func(o *leaseobject.Object) {}
 	cases := []struct {
 		name     string
-		res      Resource
-		caller   Caller
-		old, new *Object
+		res      leaseobject.Resource
+		caller   leaseobject.Caller
+		old, new *leaseobject.Object
 		now      time.Duration
 		want     Verdict
 		msg      string
 	}{
-		{"a sibling pod's label write re-dates the renewer's entry", Leases, podA2,
-			in(Leases, "hard", times(entry(renewer, 0))), in(Leases, "hard", label, times(entry(renewer, 10*year))), sec, Deny,
+		{"a sibling pod's label write re-dates the renewer's entry", leaseobject.Leases, podA2,
+			in(leaseobject.Leases, "hard", times(entry(renewer, 0))), in(leaseobject.Leases, "hard", label, times(entry(renewer, 10*year))), sec, Deny,
 			"leaseguard: rule hard: user:mgr-a dates a managedFields entry ahead of the server clock on lease hard/l (only the API server dates entries)"},
-		{"another manager adds an entry dated ahead", MultiClusterLeases, podB,
-			in(MultiClusterLeases, "hard", times(entry(renewer, 0))), in(MultiClusterLeases, "hard", times(entry(renewer, 0), entry("x\nUpdate\n\nv1", time.Hour))), sec, Deny,
+		{"another manager adds an entry dated ahead", leaseobject.MultiClusterLeases, podB,
+			in(leaseobject.MultiClusterLeases, "hard", times(entry(renewer, 0))), in(leaseobject.MultiClusterLeases, "hard", times(entry(renewer, 0), entry("x\nUpdate\n\nv1", time.Hour))), sec, Deny,
 			"leaseguard: rule hard: user:mgr-b dates a managedFields entry ahead of the server clock on multiclusterlease hard/l (only the API server dates entries)"},
-		{"within the clock skew: the server's own stamp", Leases, podA,
-			in(Leases, "hard", renewAt(0), times(entry(renewer, 0))), in(Leases, "hard", renewAt(6*sec), times(entry(renewer, 8*sec))), 6 * sec, Allow, ""},
-		{"an entry stored ahead and kept as it is", Leases, podA2,
-			in(Leases, "hard", times(entry(renewer, year))), in(Leases, "hard", times(entry(renewer, year))), sec, Allow, ""},
-		{"the holder renews a lease whose stored record is dated ahead", Leases, podA,
-			in(Leases, "hard", renewWrite(year), times(entry(renewer, year))), in(Leases, "hard", renewAt(6*sec), renewWrite(6*sec), times(entry(renewer, 6*sec))), 6 * sec, Allow, ""},
+		{"within the clock skew: the server's own stamp", leaseobject.Leases, podA,
+			in(leaseobject.Leases, "hard", renewAt(0), times(entry(renewer, 0))), in(leaseobject.Leases, "hard", renewAt(6*sec), times(entry(renewer, 8*sec))), 6 * sec, Allow, ""},
+		{"an entry stored ahead and kept as it is", leaseobject.Leases, podA2,
+			in(leaseobject.Leases, "hard", times(entry(renewer, year))), in(leaseobject.Leases, "hard", times(entry(renewer, year))), sec, Allow, ""},
+		{"the holder renews a lease whose stored record is dated ahead", leaseobject.Leases, podA,
+			in(leaseobject.Leases, "hard", renewWrite(year), times(entry(renewer, year))), in(leaseobject.Leases, "hard", renewAt(6*sec), renewWrite(6*sec), times(entry(renewer, 6*sec))), 6 * sec, Allow, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := Decide(p, &Request{Resource: c.res, Operation: Update, Caller: c.caller, Old: c.old, New: c.new, Now: t0.Add(c.now)})
+			d := Decide(p, &leaseobject.Request{Resource: c.res, Operation: leaseobject.Update, Caller: c.caller, Old: c.old, New: c.new, Now: t0.Add(c.now)})
 			if d.Verdict != c.want || d.Message != c.msg {
 				t.Fatalf("Decide = %v %q, want %v %q", d.Verdict, d.Message, c.want, c.msg)
 			}
@@ -544,14 +553,14 @@ func TestManagedFieldsTimesAheadOfTheClock(t *testing.T) {
 // manager may take the lease over at once (third attack round).
 func TestCoalesceNeverHidesAnExpiredLease(t *testing.T) {
 	p := mustCompile(t, hardPolicy)
-	renewal := func(advance, now time.Duration) *Request {
-		return &Request{Resource: MultiClusterLeases, Operation: Update, Caller: mgrA,
-			Old: in(MultiClusterLeases, "coalesce"), New: in(MultiClusterLeases, "coalesce", renewAt(advance)), Now: t0.Add(now)}
+	renewal := func(advance, now time.Duration) *leaseobject.Request {
+		return &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Update, Caller: mgrA,
+			Old: in(leaseobject.MultiClusterLeases, "coalesce"), New: in(leaseobject.MultiClusterLeases, "coalesce", renewAt(advance)), Now: t0.Add(now)}
 	}
 	// coalesceRenewals auto for 15s/10s/2s clients and a 2s clockSkew: 7s.
 	for _, c := range []struct {
 		name    string
-		req     *Request
+		req     *leaseobject.Request
 		coalesc bool
 	}{
 		{"an early renewal of a fresh lease", renewal(3*sec, 3*sec), true},

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/leaseguard/leaseguard/api/v1alpha1"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
 // ownNamespace is leaseguard's namespace in every test compilation.
@@ -60,23 +61,25 @@ func readSample(tb testing.TB) string {
 }
 
 // objOpt modifies a test object.
-type objOpt func(*Object)
+type objOpt func(*leaseobject.
 
-// mk builds an object held by "h1", renewed at t0, with a 15s lease duration;
-// a Lease additionally was acquired a minute before t0 and has seen one
-// transition. A MultiClusterLease has neither field.
-func mk(res Resource, ns, name string, opts ...objOpt) *Object {
-	o := &Object{
+	// mk builds an object held by "h1", renewed at t0, with a 15s lease duration;
+	// a Lease additionally was acquired a minute before t0 and has seen one
+	// transition. A MultiClusterLease has neither field.
+	Object)
+
+func mk(res leaseobject.Resource, ns, name string, opts ...objOpt) *leaseobject.Object {
+	o := &leaseobject.Object{
 		Namespace:         ns,
 		Name:              name,
 		CreationTimestamp: t0.Add(-time.Hour),
-		Spec: Spec{
+		Spec: leaseobject.Spec{
 			Holder:        "h1",
 			RenewTime:     t0,
 			LeaseDuration: 15 * sec,
 		},
 	}
-	if res == Leases {
+	if res == leaseobject.Leases {
 		o.Spec.AcquireTime = t0.Add(-time.Minute)
 		o.Spec.Transitions = 1
 	}
@@ -86,76 +89,88 @@ func mk(res Resource, ns, name string, opts ...objOpt) *Object {
 	return o
 }
 
-func holder(h string) objOpt { return func(o *Object) { o.Spec.Holder = h } }
+func holder(h string) objOpt { return func(o *leaseobject.Object) { o.Spec.Holder = h } }
 
 // renewAt sets renewTime to t0+d.
-func renewAt(d time.Duration) objOpt { return func(o *Object) { o.Spec.RenewTime = t0.Add(d) } }
+func renewAt(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.Spec.RenewTime = t0.Add(d) }
+}
 
 // stampedAt gives the object the managedFields entry that owns renewTime,
 // dated t0+d (whole seconds): the API server's stamp of the write that
 // moved renewTime.
 func stampedAt(d time.Duration) objOpt {
-	return func(o *Object) {
+	return func(o *leaseobject.Object) {
 		ts := t0.Add(d).UTC().Truncate(time.Second)
-		o.ManagedTimes = append(o.ManagedTimes, ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
+		o.ManagedTimes = append(o.ManagedTimes, leaseobject.ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
 		o.RenewWrite = ts
 	}
 }
 
-func noRenew() objOpt { return func(o *Object) { o.Spec.RenewTime = time.Time{} } }
+func noRenew() objOpt { return func(o *leaseobject.Object) { o.Spec.RenewTime = time.Time{} } }
 
-func noAcquire() objOpt { return func(o *Object) { o.Spec.AcquireTime = time.Time{} } }
+func noAcquire() objOpt { return func(o *leaseobject.Object) { o.Spec.AcquireTime = time.Time{} } }
 
 // acquireAt sets acquireTime to t0+d.
-func acquireAt(d time.Duration) objOpt { return func(o *Object) { o.Spec.AcquireTime = t0.Add(d) } }
+func acquireAt(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.Spec.AcquireTime = t0.Add(d) }
+}
 
-func transitions(n int32) objOpt { return func(o *Object) { o.Spec.Transitions = n } }
+func transitions(n int32) objOpt { return func(o *leaseobject.Object) { o.Spec.Transitions = n } }
 
-func leaseDur(d time.Duration) objOpt { return func(o *Object) { o.Spec.LeaseDuration = d } }
+func leaseDur(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.Spec.LeaseDuration = d }
+}
 
 // retryPeriod sets the retry period a MultiClusterLease declares
 // (spec.retryPeriodSeconds).
-func retryPeriod(d time.Duration) objOpt { return func(o *Object) { o.Spec.RetryPeriod = d } }
+func retryPeriod(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.Spec.RetryPeriod = d }
+}
 
 // renewDeadline sets the renew deadline a MultiClusterLease declares
 // (spec.renewDeadlineSeconds).
-func renewDeadline(d time.Duration) objOpt { return func(o *Object) { o.Spec.RenewDeadline = d } }
+func renewDeadline(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.Spec.RenewDeadline = d }
+}
 
 // createdAt sets the creation timestamp to t0+d.
-func createdAt(d time.Duration) objOpt { return func(o *Object) { o.CreationTimestamp = t0.Add(d) } }
+func createdAt(d time.Duration) objOpt {
+	return func(o *leaseobject.Object) { o.CreationTimestamp = t0.Add(d) }
+}
 
 // ctrlFinalizer gives the object the MultiClusterLease controller's
 // finalizer.
 func ctrlFinalizer() objOpt {
-	return func(o *Object) { o.Finalizers = `["` + ControllerFinalizer + `"]` }
+	return func(o *leaseobject.Object) { o.Finalizers = `["` + leaseobject.ControllerFinalizer + `"]` }
 }
 
 func ptr[T any](v T) *T { return &v }
 
 // desig sets the designation annotation to u.
 func desig(u string) objOpt {
-	return func(o *Object) { o.Designated, o.HasDesignation = u, true }
+	return func(o *leaseobject.Object) { o.Designated, o.HasDesignation = u, true }
 }
 
 // takeover makes the object a fresh acquisition by holder h at t0+at: the
 // holder and renewTime change and, for a Lease, leaseTransitions goes from 1
 // to 2 and acquireTime is the acquisition time.
-func takeover(res Resource, h string, at time.Duration) objOpt {
-	return func(o *Object) {
+func takeover(res leaseobject.Resource, h string, at time.Duration) objOpt {
+	return func(o *leaseobject.Object) {
 		o.Spec.Holder = h
 		o.Spec.RenewTime = t0.Add(at)
-		if res == Leases {
+		if res == leaseobject.Leases {
 			o.Spec.Transitions = 2
 			o.Spec.AcquireTime = t0.Add(at)
 		}
 	}
 }
 
-func kindOf(res Resource) string {
-	if res == MultiClusterLeases {
+func kindOf(res leaseobject.Resource) string {
+	if res == leaseobject.MultiClusterLeases {
 		return "multiclusterlease"
 	}
 	return "lease"
 }
 
-var bothResources = []Resource{Leases, MultiClusterLeases}
+var bothResources = []leaseobject.Resource{leaseobject.Leases, leaseobject.MultiClusterLeases}

@@ -1,13 +1,15 @@
 package policy
 
+import "github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+
 // Designate says whether the mutating webhook should record the caller as the
 // designated manager of the object (designation: auto), and returns the
 // username to record. It stamps only where the validating webhook will admit
 // the result: a manager's lease write when the designation is absent or
 // stale. Everything else is left to validation, which judges whoever set the
 // annotation.
-func Designate(p *Policy, req *Request) (string, bool) {
-	if req.Operation == Delete || req.Subresource != "" || req.New == nil {
+func Designate(p *Policy, req *leaseobject.Request) (string, bool) {
+	if req.Operation == leaseobject.Delete || req.Subresource != "" || req.New == nil {
 		return "", false
 	}
 	rule := p.selectForMutation(req)
@@ -38,7 +40,7 @@ func Designate(p *Policy, req *Request) (string, bool) {
 // writes. A CREATE with generateName reaches the mutating webhooks before
 // the API server names the object, so only a rule that does not select by
 // name can be known to apply; validation sees the final name.
-func (p *Policy) selectForMutation(req *Request) *Rule {
+func (p *Policy) selectForMutation(req *leaseobject.Request) *Rule {
 	obj := req.New
 	if obj.Name != "" || obj.GenerateName == "" {
 		return p.Select(req.Resource, obj.Namespace, obj.Name)
@@ -64,8 +66,8 @@ func (p *Policy) selectForMutation(req *Request) *Rule {
 // nothing but renewTime, advancing it by less than the rule's interval. The
 // generated MutatingAdmissionPolicy (leaseguard manifests) decides the
 // same, from the same conditions written in CEL.
-func Coalesce(p *Policy, req *Request) bool {
-	if req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+func Coalesce(p *Policy, req *leaseobject.Request) bool {
+	if req.Operation != leaseobject.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return false
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
@@ -106,8 +108,8 @@ func Coalesce(p *Policy, req *Request) bool {
 // caller takes the designation over (Designate). A renewal that validation
 // would refuse (a time ahead of the clock, one typed clients cannot read,
 // an unreadable stored object) is left to validation.
-func Acknowledge(p *Policy, req *Request) bool {
-	if req.Resource != MultiClusterLeases || req.Operation != Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+func Acknowledge(p *Policy, req *leaseobject.Request) bool {
+	if req.Resource != leaseobject.MultiClusterLeases || req.Operation != leaseobject.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return false
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
@@ -138,7 +140,7 @@ func Acknowledge(p *Policy, req *Request) bool {
 func (p *Policy) AcknowledgementNotes() []string {
 	var out []string
 	for _, r := range p.Rules {
-		if r.resources[resourceIndex(MultiClusterLeases)] && r.designation != DesignationNone {
+		if r.resources[resourceIndex(leaseobject.MultiClusterLeases)] && r.designation != DesignationNone {
 			out = append(out, "rule "+r.Name+": renewals of a shared MultiClusterLease by managers that are not designated are acknowledged without being stored only by the MutatingAdmissionPolicy or the mutating webhook that leaseguard manifests renders; without them they are admitted and stored")
 		}
 	}

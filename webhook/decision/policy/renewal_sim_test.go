@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,13 +46,13 @@ func simRetryAfter(d time.Duration) time.Duration {
 // elector lost its lease.
 func (e electorSim) run(p *Policy, rounds int) ([]time.Time, error) {
 	const ns, name = "team-sim", "l"
-	stored := mk(Leases, ns, name, holder("h1"), renewAt(e.clientAhead))
+	stored := mk(leaseobject.Leases, ns, name, holder("h1"), renewAt(e.clientAhead))
 	lastAdmit := t0
 	admits := []time.Time{}
 	for round := 0; round < rounds; round++ {
 		start := lastAdmit.Add(e.rtt/2 + e.timings.RetryPeriod) // client receives the success, waits retryPeriod
 		deadline := start.Add(e.timings.RenewDeadline)
-		body := mk(Leases, ns, name, holder("h1"))
+		body := mk(leaseobject.Leases, ns, name, holder("h1"))
 		body.Spec.RenewTime = start.Add(e.clientAhead)
 		send := start
 		admitted := false
@@ -60,7 +61,7 @@ func (e electorSim) run(p *Policy, rounds int) ([]time.Time, error) {
 			if !arrive.Before(deadline) {
 				return admits, fmt.Errorf("round %d: try %d arrives %v after the attempt started, renew deadline %v", round, try, arrive.Sub(start), e.timings.RenewDeadline)
 			}
-			d := Decide(p, &Request{Resource: Leases, Operation: Update, Caller: mgrA, Old: stored, New: body, Now: arrive})
+			d := Decide(p, &leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Update, Caller: mgrA, Old: stored, New: body, Now: arrive})
 			if d.Verdict == Allow {
 				if gap := arrive.Sub(lastAdmit); gap >= e.timings.LeaseDuration {
 					return admits, fmt.Errorf("round %d: %v between admitted renewals, lease duration %v", round, gap, e.timings.LeaseDuration)

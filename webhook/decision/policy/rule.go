@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 )
 
@@ -82,15 +83,15 @@ type Rule struct {
 	enforcement   Enforcement
 }
 
-func resourceIndex(r Resource) int {
-	if r == MultiClusterLeases {
+func resourceIndex(r leaseobject.Resource) int {
+	if r == leaseobject.MultiClusterLeases {
 		return 1
 	}
 	return 0
 }
 
-func (r *Rule) selects(res Resource, namespace, name string) bool {
-	if res != Leases && res != MultiClusterLeases {
+func (r *Rule) selects(res leaseobject.Resource, namespace, name string) bool {
+	if res != leaseobject.Leases && res != leaseobject.MultiClusterLeases {
 		return false
 	}
 	return r.resources[resourceIndex(res)] && r.namespaces.MatchesOrEmpty(namespace) && r.names.MatchesOrEmpty(name)
@@ -98,7 +99,7 @@ func (r *Rule) selects(res Resource, namespace, name string) bool {
 
 // Select returns the first rule, in file order, that selects the object, or
 // nil when none does.
-func (p *Policy) Select(res Resource, namespace, name string) *Rule {
+func (p *Policy) Select(res leaseobject.Resource, namespace, name string) *Rule {
 	for _, r := range p.Rules {
 		if r.selects(res, namespace, name) {
 			return r
@@ -139,7 +140,7 @@ func (r *Rule) FirstManager() string {
 }
 
 // renewInterval is the minimum renewal interval for the object.
-func (r *Rule) renewInterval(o *Object) time.Duration {
+func (r *Rule) renewInterval(o *leaseobject.Object) time.Duration {
 	if !r.autoRenew {
 		return r.minRenewInterval
 	}
@@ -155,7 +156,7 @@ func (r *Rule) renewInterval(o *Object) time.Duration {
 // absent, so the default is 5s. A throttled renewal waits at most the
 // interval (client-go retries after Retry-After), which is then half the time
 // the client allows a renewal to take: it keeps its lease with a margin.
-func AutoRenewInterval(s *Spec) time.Duration {
+func AutoRenewInterval(s *leaseobject.Spec) time.Duration {
 	return s.EffectiveRenewDeadline() / 2
 }
 
@@ -239,7 +240,7 @@ func (r *Rule) IsManager(username string) bool {
 // DesignatedWriter is the username whose writes of o are stored while its
 // lease is fresh: the fixed designation, else the recorded one; "" when the
 // rule designates none.
-func (r *Rule) DesignatedWriter(o *Object) string {
+func (r *Rule) DesignatedWriter(o *leaseobject.Object) string {
 	switch r.designation {
 	case DesignationNone:
 		return ""
@@ -256,7 +257,7 @@ func (r *Rule) DesignatedWriter(o *Object) string {
 // MultiClusterLease with its holder, whoever is designated: a manager of
 // the rule (of its bound lease, under a bind template) that holder binding
 // lets hold it.
-func (r *Rule) SharesRenewal(caller *Caller, old *Object) bool {
+func (r *Rule) SharesRenewal(caller *leaseobject.Caller, old *leaseobject.Object) bool {
 	if !r.IsManager(caller.Username) {
 		return false
 	}
@@ -277,7 +278,7 @@ func (r *Rule) SharesRenewal(caller *Caller, old *Object) bool {
 
 // IsStatusWriter reports whether the caller is one of the rule's status
 // writers (I8).
-func (r *Rule) IsStatusWriter(caller *Caller) bool {
+func (r *Rule) IsStatusWriter(caller *leaseobject.Caller) bool {
 	return r.statusWriters.MatchAny(caller.Username, caller.Groups)
 }
 
@@ -286,7 +287,7 @@ func (r *Rule) IsStatusWriter(caller *Caller) bool {
 // recorded (under designation by annotation, only then: until an operator
 // records one, Decide refuses every spec write, I2), the holder's pod or
 // user under a holder binding.
-func (r *Rule) RightfulRenewer(caller *Caller, old *Object) bool {
+func (r *Rule) RightfulRenewer(caller *leaseobject.Caller, old *leaseobject.Object) bool {
 	if old.HasDesignation && old.Designated != "" && old.Designated != caller.Username {
 		return false
 	}

@@ -1,13 +1,16 @@
 package policy
 
-import "time"
+import (
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+	"time"
+)
 
 // RuleView is a read-only description of a compiled rule, for the code that
 // renders a policy into admission configuration (webhook/render/manifests): it
 // expresses the same selection and identities in CEL.
 type RuleView struct {
 	Name          string
-	Resources     []Resource
+	Resources     []leaseobject.Resource
 	Namespaces    []string // pattern.Globs; empty selects every namespace
 	Names         []string // pattern.Globs; empty selects every name
 	Managers      []string // username pattern.Globs
@@ -72,7 +75,7 @@ func (r *Rule) View() RuleView {
 		AutoRenewInterval: r.autoRenew,
 		BackOffLosers:     r.backOffLosers,
 	}
-	for _, res := range []Resource{Leases, MultiClusterLeases} {
+	for _, res := range []leaseobject.Resource{leaseobject.Leases, leaseobject.MultiClusterLeases} {
 		if r.resources[resourceIndex(res)] {
 			v.Resources = append(v.Resources, res)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -48,7 +49,7 @@ func TestParseValid(t *testing.T) {
 	if p.Rules[0].Name != "kcc-mcl" || p.Rules[1].Name != "kcc-namespace-leases" {
 		t.Errorf("rule names %q, %q", p.Rules[0].Name, p.Rules[1].Name)
 	}
-	if r := p.Select(policy.Leases, "cnrm-system", "kcc-leader-a"); r == nil || r.Name != "kcc-namespace-leases" {
+	if r := p.Select(leaseobject.Leases, "cnrm-system", "kcc-leader-a"); r == nil || r.Name != "kcc-namespace-leases" {
 		t.Errorf("Select(lease cnrm-system/kcc-leader-a) = %v, want kcc-namespace-leases", r)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -295,8 +296,8 @@ func HolderIsCallersPod(h string) string {
 // (acquireTime, leaseTransitions, strategy, preferredHolder): leaseguard
 // reads them wherever a CRD keeps them, so a write that changes one is an
 // identity change here too, never a renewal riding the fail-open route.
-func LeaseFields(res policy.Resource) []string {
-	if res == policy.Leases {
+func LeaseFields(res leaseobject.Resource) []string {
+	if res == leaseobject.Leases {
 		return []string{"holderIdentity", "leaseDurationSeconds", "acquireTime", "leaseTransitions", "strategy", "preferredHolder"}
 	}
 	return []string{"holderIdentity", "leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds", "acquireTime", "leaseTransitions", "strategy", "preferredHolder"}
@@ -308,14 +309,14 @@ func OwnershipUnchanged() string {
 	return And(
 		"object.metadata.?finalizers == oldObject.metadata.?finalizers",
 		"object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences",
-		Annotation("object", policy.DesignationAnnotation)+" == "+Annotation("oldObject", policy.DesignationAnnotation),
+		Annotation("object", leaseobject.DesignationAnnotation)+" == "+Annotation("oldObject", leaseobject.DesignationAnnotation),
 	)
 }
 
 // IdentityChange renders goIdentityChange: anything but an UPDATE of
 // the object itself that keeps the holder, every lease field but renewTime,
 // the designation, the finalizers and the owner references.
-func IdentityChange(resources []policy.Resource) string {
+func IdentityChange(resources []leaseobject.Resource) string {
 	kept := make([]string, len(resources))
 	for i, res := range resources {
 		parts := []string{"request.resource.resource == " + Quote(string(res))}
@@ -329,7 +330,7 @@ func IdentityChange(resources []policy.Resource) string {
 
 // OnlyRenewTimeMoves renders "an UPDATE of the object itself by which only
 // renewTime changes, with a holder".
-func OnlyRenewTimeMoves(res policy.Resource) string {
+func OnlyRenewTimeMoves(res leaseobject.Resource) string {
 	parts := []string{
 		"request.operation == 'UPDATE'",
 		"request.?subResource.orValue('') == ''",
@@ -372,7 +373,7 @@ func renewer(r *policy.RuleView, shared bool) (string, bool) {
 		}
 	}
 	parts := []string{manager}
-	designated := Annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+	designated := Annotation("oldObject", leaseobject.DesignationAnnotation) + ".orValue('')"
 	designation := []string{Or(designated+" == ''", designated+" == "+User)}
 	switch r.Designation {
 	case policy.DesignationFixed:
@@ -383,10 +384,10 @@ func renewer(r *policy.RuleView, shared bool) (string, bool) {
 		designation = []string{designated + " == " + User}
 	}
 	switch {
-	case shared && len(r.Resources) == 1 && r.Resources[0] == policy.MultiClusterLeases:
+	case shared && len(r.Resources) == 1 && r.Resources[0] == leaseobject.MultiClusterLeases:
 		// Whoever is designated.
-	case shared && slices.Contains(r.Resources, policy.MultiClusterLeases):
-		parts = append(parts, Or("request.resource.resource == "+Quote(string(policy.MultiClusterLeases)), And(designation...)))
+	case shared && slices.Contains(r.Resources, leaseobject.MultiClusterLeases):
+		parts = append(parts, Or("request.resource.resource == "+Quote(string(leaseobject.MultiClusterLeases)), And(designation...)))
 	default:
 		parts = append(parts, designation...)
 	}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
 )
@@ -24,24 +25,24 @@ import (
 // several captures, a rule that does not designate a writer).
 func (g *generator) acknowledgement(i int) (string, bool) {
 	r := &g.rules[i]
-	if !contains(r.Resources, policy.MultiClusterLeases) || r.Designation == policy.DesignationNone {
+	if !contains(r.Resources, leaseobject.MultiClusterLeases) || r.Designation == policy.DesignationNone {
 		return "", false
 	}
 	shared, exact := celexpr.SharedRenewer(r)
 	if !exact {
 		return "", false
 	}
-	designated := celexpr.Annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+	designated := celexpr.Annotation("oldObject", leaseobject.DesignationAnnotation) + ".orValue('')"
 	writer := designated
 	if r.Designation == policy.DesignationFixed {
 		writer = celexpr.Quote(r.FixedManager)
 	}
 	re := celexpr.Quote(RenewTimeLayout)
-	lease := "duration(string(oldObject.spec.?leaseDurationSeconds.orValue(" + strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second)) + ")) + 's')"
+	lease := "duration(string(oldObject.spec.?leaseDurationSeconds.orValue(" + strconv.Itoa(int(leaseobject.DefaultLeaseDuration/time.Second)) + ")) + 's')"
 	skew := "duration(" + celexpr.Quote(g.skew.String()) + ")"
 	parts := []string{
 		celexpr.SelectsFirst(g.rules, i),
-		celexpr.OnlyRenewTimeMoves(policy.MultiClusterLeases),
+		celexpr.OnlyRenewTimeMoves(leaseobject.MultiClusterLeases),
 		readableOrTyped("object.spec.renewTime", re), readableOrTyped("oldObject.spec.renewTime", re),
 		writer + " != ''", writer + " != " + celexpr.User,
 	}

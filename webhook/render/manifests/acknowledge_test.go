@@ -87,19 +87,19 @@ func TestAcknowledgementInTheAPIServerMatchesTheWebhook(t *testing.T) {
 			}
 			inAPIServer := v.Value() == true
 
-			decode := func(m map[string]any) *policy.Object {
+			decode := func(m map[string]any) *leaseobject.Object {
 				data, err := json.Marshal(m)
 				if err != nil {
 					t.Fatal(err)
 				}
-				o, err := leaseobject.DecodeJSON(policy.MultiClusterLeases, data)
+				o, err := leaseobject.DecodeJSON(leaseobject.MultiClusterLeases, data)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return o
 			}
-			pr := &policy.Request{Resource: policy.MultiClusterLeases, Operation: policy.Update,
-				Caller: policy.Caller{Username: c.w.user, Groups: c.w.groups}, Old: decode(old), New: decode(obj), Now: c.w.at}
+			pr := &leaseobject.Request{Resource: leaseobject.MultiClusterLeases, Operation: leaseobject.Update,
+				Caller: leaseobject.Caller{Username: c.w.user, Groups: c.w.groups}, Old: decode(old), New: decode(obj), Now: c.w.at}
 			inWebhook := policy.Coalesce(p, pr) || policy.Acknowledge(p, pr)
 			if inAPIServer != inWebhook || inAPIServer != c.want {
 				t.Errorf("set back in the API server %v, by the webhook %v; want %v", inAPIServer, inWebhook, c.want)
@@ -191,7 +191,7 @@ func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
 	// Nor does the fail-closed condition ask a no-op whether it changes an
 	// identity (a no-op of the object itself changes none): the caller,
 	// then the proof.
-	identity, _ := cost("the identity change", celexpr.IdentityChange([]policy.Resource{policy.Leases, policy.MultiClusterLeases}))
+	identity, _ := cost("the identity change", celexpr.IdentityChange([]leaseobject.Resource{leaseobject.Leases, leaseobject.MultiClusterLeases}))
 	if closed >= proof+identity {
 		t.Errorf("the fail-closed webhook's condition costs %d, the no-op proof %d and the identity change %d: it asked the no-op about identities", closed, proof, identity)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
@@ -99,9 +100,9 @@ func TestRightfulRenewersInOneSearchEqualTheFirstRuleOfEach(t *testing.T) {
 		annotations := map[string]any{}
 		switch rng.IntN(3) {
 		case 0:
-			annotations[policy.DesignationAnnotation] = user
+			annotations[leaseobject.DesignationAnnotation] = user
 		case 1:
-			annotations[policy.DesignationAnnotation] = pick(users)
+			annotations[leaseobject.DesignationAnnotation] = pick(users)
 		}
 		holder := []string{"", user, "pod-0_1", "cluster-a"}[rng.IntN(4)]
 		old := map[string]any{"metadata": map[string]any{"name": name, "namespace": ns, "annotations": annotations},
@@ -123,7 +124,7 @@ func TestRightfulRenewersInOneSearchEqualTheFirstRuleOfEach(t *testing.T) {
 		if berr == nil {
 			want = fmt.Sprint(b.Value())
 		}
-		if p.Select(policy.Resource(resource), ns, name) != nil {
+		if p.Select(leaseobject.Resource(resource), ns, name) != nil {
 			selected++
 		}
 		if want == "true" {
@@ -132,7 +133,7 @@ func TestRightfulRenewersInOneSearchEqualTheFirstRuleOfEach(t *testing.T) {
 		if got != want {
 			differ++
 			if differ <= 5 {
-				t.Errorf("write %d: %s %s %s/%s by %s (designated %v, holder %q): one search %s, first rule of each %s", n, op, resource, ns, name, user, annotations[policy.DesignationAnnotation], holder, got, want)
+				t.Errorf("write %d: %s %s %s/%s by %s (designated %v, holder %q): one search %s, first rule of each %s", n, op, resource, ns, name, user, annotations[leaseobject.DesignationAnnotation], holder, got, want)
 			}
 		}
 	}

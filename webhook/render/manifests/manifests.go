@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
@@ -241,15 +242,15 @@ func ControlPlaneConditions() []admissionregistrationv1.MatchCondition {
 
 // ResourceRules are the admission rules for the given resources and
 // operations; status adds MultiClusterLeases' status subresource.
-func ResourceRules(resources []policy.Resource, ops []admissionregistrationv1.OperationType, status bool) []admissionregistrationv1.RuleWithOperations {
+func ResourceRules(resources []leaseobject.Resource, ops []admissionregistrationv1.OperationType, status bool) []admissionregistrationv1.RuleWithOperations {
 	scope := admissionregistrationv1.NamespacedScope
 	var out []admissionregistrationv1.RuleWithOperations
 	for _, res := range resources {
 		rule := admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{Scope: &scope}}
 		switch res {
-		case policy.Leases:
+		case leaseobject.Leases:
 			rule.APIGroups, rule.APIVersions, rule.Resources = []string{"coordination.k8s.io"}, []string{"v1"}, []string{"leases"}
-		case policy.MultiClusterLeases:
+		case leaseobject.MultiClusterLeases:
 			rule.APIGroups, rule.APIVersions = []string{mclv1alpha1.Group}, []string{mclv1alpha1.Version}
 			rule.Resources = []string{"multiclusterleases"}
 			if status {
@@ -261,9 +262,9 @@ func ResourceRules(resources []policy.Resource, ops []admissionregistrationv1.Op
 	return out
 }
 
-func resourcesOf(rules []policy.RuleView) []policy.Resource {
-	var out []policy.Resource
-	for _, res := range []policy.Resource{policy.Leases, policy.MultiClusterLeases} {
+func resourcesOf(rules []policy.RuleView) []leaseobject.Resource {
+	var out []leaseobject.Resource
+	for _, res := range []leaseobject.Resource{leaseobject.Leases, leaseobject.MultiClusterLeases} {
 		for _, r := range rules {
 			if contains(r.Resources, res) {
 				out = append(out, res)
@@ -274,7 +275,7 @@ func resourcesOf(rules []policy.RuleView) []policy.Resource {
 	return out
 }
 
-func contains(rs []policy.Resource, res policy.Resource) bool {
+func contains(rs []leaseobject.Resource, res leaseobject.Resource) bool {
 	for _, r := range rs {
 		if r == res {
 			return true
@@ -533,7 +534,7 @@ func ownsRenewTime(m string) string {
 // anything else (a write with no such entry, or more entries than are
 // compared) is not harmless. Every term stops at its first false, so a
 // rightful renewal is priced by its few entries.
-func harmlessRenewal(resources []policy.Resource, skew time.Duration) string {
+func harmlessRenewal(resources []leaseobject.Resource, skew time.Duration) string {
 	mf := "object.metadata.?managedFields.orValue([])"
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
 	allowed := "duration(" + celexpr.Quote((skew + time.Second).String()) + ")"
@@ -542,10 +543,10 @@ func harmlessRenewal(resources []policy.Resource, skew time.Duration) string {
 	// behind the stamp too.
 	behind := "duration(" + celexpr.Quote(skew.String()) + ")"
 	readable := "true"
-	if slices.Contains(resources, policy.MultiClusterLeases) {
+	if slices.Contains(resources, leaseobject.MultiClusterLeases) {
 		re := celexpr.Quote(RenewTimeLayout)
 		readable = "object.spec.renewTime.matches(" + re + ") && oldObject.spec.renewTime.matches(" + re + ")"
-		if slices.Contains(resources, policy.Leases) {
+		if slices.Contains(resources, leaseobject.Leases) {
 			// A Lease's renewTime is a MicroTime: the API server writes it so.
 			readable = celexpr.Or("request.resource.resource == 'leases'", "("+readable+")")
 		}
@@ -619,7 +620,7 @@ func (g *generator) statusWriterStatusWrites() string {
 	for i := range g.rules {
 		conds[i] = celexpr.Selects(&g.rules[i])
 		writers[i] = "false"
-		if contains(g.rules[i].Resources, policy.MultiClusterLeases) && len(g.rules[i].StatusWriters) > 0 {
+		if contains(g.rules[i].Resources, leaseobject.MultiClusterLeases) && len(g.rules[i].StatusWriters) > 0 {
 			writers[i] = celexpr.CallerMatches(g.rules[i].StatusWriters)
 			named = true
 		}
@@ -628,7 +629,7 @@ func (g *generator) statusWriterStatusWrites() string {
 		return "false"
 	}
 	return celexpr.And("request.operation == 'UPDATE'", "request.?subResource.orValue('') == 'status'",
-		"request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), celexpr.FirstMatch(conds, writers, "false"))
+		"request.resource.resource == "+celexpr.Quote(string(leaseobject.MultiClusterLeases)), celexpr.FirstMatch(conds, writers, "false"))
 }
 
 // mutating renders the mutating webhook: for the rules with designation:
@@ -644,18 +645,18 @@ func (g *generator) mutating() *admissionregistrationv1.MutatingWebhookConfigura
 		r := &g.rules[i]
 		var why []string
 		manager, _ := celexpr.IsManager(r)
-		designated := celexpr.Annotation("oldObject", policy.DesignationAnnotation) + ".orValue('')"
+		designated := celexpr.Annotation("oldObject", leaseobject.DesignationAnnotation) + ".orValue('')"
 		switch {
 		case r.Designation == policy.DesignationAuto:
 			// The stamp (policy.Designate), and the acknowledgement of
 			// the other managers' MultiClusterLease renewals
 			// (policy.Acknowledge).
 			why = append(why, celexpr.And(manager, celexpr.Or("request.operation == 'CREATE'", designated+" != "+celexpr.User)))
-		case contains(r.Resources, policy.MultiClusterLeases) && r.Designation == policy.DesignationFixed:
-			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
+		case contains(r.Resources, leaseobject.MultiClusterLeases) && r.Designation == policy.DesignationFixed:
+			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(leaseobject.MultiClusterLeases)), "request.operation == 'UPDATE'",
 				manager, celexpr.User+" != "+celexpr.Quote(r.FixedManager)))
-		case contains(r.Resources, policy.MultiClusterLeases) && r.Designation == policy.DesignationByAnnotation:
-			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(policy.MultiClusterLeases)), "request.operation == 'UPDATE'",
+		case contains(r.Resources, leaseobject.MultiClusterLeases) && r.Designation == policy.DesignationByAnnotation:
+			why = append(why, celexpr.And("request.resource.resource == "+celexpr.Quote(string(leaseobject.MultiClusterLeases)), "request.operation == 'UPDATE'",
 				manager, designated+" != ''", designated+" != "+celexpr.User))
 		}
 		designation := len(why)
@@ -774,7 +775,7 @@ func (g *generator) earlyRenewal(i int) (string, bool) {
 // the policy. Last, as it costs the most: a renewal that is not early
 // never gets here.
 func outlives(interval string) string {
-	lease := "duration(string(oldObject.spec.?leaseDurationSeconds.orValue(" + strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second)) + ")) + 's')"
+	lease := "duration(string(oldObject.spec.?leaseDurationSeconds.orValue(" + strconv.Itoa(int(leaseobject.DefaultLeaseDuration/time.Second)) + ")) + 's')"
 	return "object.metadata.?managedFields.orValue([]).exists(m, " + ownsRenewTime("m") + " && has(m.time) && " +
 		"timestamp(oldObject.spec.renewTime) + " + lease + " > timestamp(m.time) + " + interval + " + duration('1s'))"
 }
@@ -908,6 +909,6 @@ func (g *generator) coalescingPolicy() (*admissionregistrationv1.MutatingAdmissi
 	return pol, binding
 }
 
-func resourceRulesFor(resources []policy.Resource) []admissionregistrationv1.RuleWithOperations {
+func resourceRulesFor(resources []leaseobject.Resource) []admissionregistrationv1.RuleWithOperations {
 	return ResourceRules(resources, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, false)
 }

@@ -8,6 +8,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
 )
@@ -139,9 +140,9 @@ func (g *generator) commonDecidable() string {
 	var kinds []string
 	for _, res := range resourcesOf(g.rules) {
 		switch res {
-		case policy.Leases:
+		case leaseobject.Leases:
 			kinds = append(kinds, "request.resource.resource == 'leases'")
-		case policy.MultiClusterLeases:
+		case leaseobject.MultiClusterLeases:
 			re := celexpr.Quote(RenewTimeLayout)
 			mcl := []string{
 				"request.resource.resource == 'multiclusterleases'",
@@ -173,14 +174,14 @@ func (g *generator) ruleDecidable(i int) string {
 	if len(r.Operators) > 0 {
 		parts = append(parts, celexpr.Not(celexpr.CallerMatches(r.Operators)))
 	}
-	if contains(r.Resources, policy.Leases) {
+	if contains(r.Resources, leaseobject.Leases) {
 		var lease []string
 		if interval := leaseInterval(r); interval != "" {
 			due := "(timestamp(m.time) - " + interval + ")"
 			lease = append(lease, stampEntry(celexpr.And("timestamp(oldObject.spec.renewTime) <= "+due, recordedBy(due))))
 		}
 		if r.Designation == policy.DesignationByAnnotation {
-			lease = append(lease, celexpr.Annotation("oldObject", policy.DesignationAnnotation)+".orValue('') == "+celexpr.User)
+			lease = append(lease, celexpr.Annotation("oldObject", leaseobject.DesignationAnnotation)+".orValue('') == "+celexpr.User)
 		}
 		if len(lease) > 0 {
 			parts = append(parts, celexpr.Or("request.resource.resource != 'leases'", celexpr.And(lease...)))
@@ -198,7 +199,7 @@ func (g *generator) ruleDecidable(i int) string {
 func leaseInterval(r *policy.RuleView) string {
 	if r.AutoRenewInterval {
 		seconds := "int(oldObject.spec.?leaseDurationSeconds.orValue(0))"
-		seconds = celexpr.Ternary(seconds+" > 0", seconds, strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second)))
+		seconds = celexpr.Ternary(seconds+" > 0", seconds, strconv.Itoa(int(leaseobject.DefaultLeaseDuration/time.Second)))
 		// policy.AutoRenewInterval: (l * 2 / 3) / 2 in nanoseconds.
 		return "duration(string(" + seconds + " * 2000000000 / 3 / 2) + 'ns')"
 	}
@@ -303,7 +304,7 @@ func (g *generator) renewalsPolicy() (*admissionregistrationv1.ValidatingAdmissi
 	if g.o.Coalescing != CoalesceInAPIServer {
 		return nil, nil
 	}
-	var resources []policy.Resource
+	var resources []leaseobject.Resource
 	for i := range g.rules {
 		if g.decidesInProcess(i) {
 			for _, res := range g.rules[i].Resources {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 )
@@ -128,7 +129,7 @@ func mclWrite(stored time.Time) (old, obj map[string]any) {
 			"apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1", "kind": "MultiClusterLease",
 			"metadata": map[string]any{
 				"name": "kcc-leader", "namespace": sampleNS,
-				"annotations": map[string]any{policy.DesignationAnnotation: designatedA},
+				"annotations": map[string]any{leaseobject.DesignationAnnotation: designatedA},
 				"managedFields": []any{
 					map[string]any{"manager": "manager", "operation": "Update", "apiVersion": "multicluster.core.cnrm.cloud.google.com/v1alpha1",
 						"time": stored.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
@@ -323,7 +324,7 @@ func TestAnnotationDesignationRenewsOnlyOnceRecorded(t *testing.T) {
 				"time": stamp.Truncate(time.Second).Format(time.RFC3339), "fieldsType": "FieldsV1",
 				"fieldsV1": map[string]any{"f:spec": map[string]any{"f:holderIdentity": map[string]any{}, "f:renewTime": map[string]any{}}}}}}
 		if designated != "" {
-			meta["annotations"] = map[string]any{policy.DesignationAnnotation: designated}
+			meta["annotations"] = map[string]any{leaseobject.DesignationAnnotation: designated}
 		}
 		return map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
 			"spec": map[string]any{"holderIdentity": "a-0_1", "renewTime": at.Format(micro), "leaseDurationSeconds": int64(15)}}
@@ -553,7 +554,7 @@ func TestStatusWritersStatusWritesFlowWhileLeaseguardIsDown(t *testing.T) {
 	}
 	finalizer := func() (map[string]any, map[string]any) {
 		old, obj := mclWrite(stored)
-		obj["metadata"].(map[string]any)["finalizers"] = []any{policy.ControllerFinalizer}
+		obj["metadata"].(map[string]any)["finalizers"] = []any{leaseobject.ControllerFinalizer}
 		return old, obj
 	}
 	for _, c := range []struct {
@@ -586,9 +587,9 @@ func TestStatusWritersStatusWritesFlowWhileLeaseguardIsDown(t *testing.T) {
 		user string
 		want bool
 	}{{statusWriter, false}, {managerB, true}} {
-		req := &policy.Request{Operation: policy.Update, Resource: policy.MultiClusterLeases, Subresource: policy.StatusSubresource,
-			Caller: policy.Caller{Username: c.user},
-			Old:    &policy.Object{Namespace: sampleNS, Name: "kcc-leader"}, New: &policy.Object{Namespace: sampleNS, Name: "kcc-leader"}}
+		req := &leaseobject.Request{Operation: leaseobject.Update, Resource: leaseobject.MultiClusterLeases, Subresource: leaseobject.StatusSubresource,
+			Caller: leaseobject.Caller{Username: c.user},
+			Old:    &leaseobject.Object{Namespace: sampleNS, Name: "kcc-leader"}, New: &leaseobject.Object{Namespace: sampleNS, Name: "kcc-leader"}}
 		if got := goFailClosed(p, req); got != c.want {
 			t.Errorf("goFailClosed of %s's status write: %t, want %t", c.user, got, c.want)
 		}

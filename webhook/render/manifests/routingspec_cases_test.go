@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -52,26 +53,26 @@ rules:
 var specT0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
 var (
-	specPodA     = policy.Caller{Username: "user:mgr-a", PodName: "pod"}
-	specPodA2    = policy.Caller{Username: "user:mgr-a", PodName: "pod-2"}
-	specPodB     = policy.Caller{Username: "user:mgr-b", PodName: "pod-b"}
-	specMgrA     = policy.Caller{Username: "user:mgr-a"}
-	specMgrB     = policy.Caller{Username: "user:mgr-b"}
-	specOp       = policy.Caller{Username: "user:op"}
-	specCtrl     = policy.Caller{Username: "user:mcl-ctrl"}
-	specStranger = policy.Caller{Username: "user:stranger"}
+	specPodA     = leaseobject.Caller{Username: "user:mgr-a", PodName: "pod"}
+	specPodA2    = leaseobject.Caller{Username: "user:mgr-a", PodName: "pod-2"}
+	specPodB     = leaseobject.Caller{Username: "user:mgr-b", PodName: "pod-b"}
+	specMgrA     = leaseobject.Caller{Username: "user:mgr-a"}
+	specMgrB     = leaseobject.Caller{Username: "user:mgr-b"}
+	specOp       = leaseobject.Caller{Username: "user:op"}
+	specCtrl     = leaseobject.Caller{Username: "user:mcl-ctrl"}
+	specStranger = leaseobject.Caller{Username: "user:stranger"}
 )
 
-type specOpt func(*policy.Object)
+type specOpt func(*leaseobject.Object)
 
 // specLease is lease name in ns, held by pod_1 (specPodA's pod),
 // designated to mgr-a, renewed at specT0 with a 15 s lease duration (a
 // Lease also acquired a minute earlier, after one transition).
-func specLease(res policy.Resource, ns, name string, opts ...specOpt) *policy.Object {
-	o := &policy.Object{Namespace: ns, Name: name, CreationTimestamp: specT0.Add(-time.Hour),
+func specLease(res leaseobject.Resource, ns, name string, opts ...specOpt) *leaseobject.Object {
+	o := &leaseobject.Object{Namespace: ns, Name: name, CreationTimestamp: specT0.Add(-time.Hour),
 		Designated: "user:mgr-a", HasDesignation: true,
-		Spec: policy.Spec{Holder: "pod_1", RenewTime: specT0, LeaseDuration: 15 * time.Second}}
-	if res == policy.Leases {
+		Spec: leaseobject.Spec{Holder: "pod_1", RenewTime: specT0, LeaseDuration: 15 * time.Second}}
+	if res == leaseobject.Leases {
 		o.Spec.AcquireTime, o.Spec.Transitions = specT0.Add(-time.Minute), 1
 	}
 	for _, f := range opts {
@@ -80,35 +81,35 @@ func specLease(res policy.Resource, ns, name string, opts ...specOpt) *policy.Ob
 	return o
 }
 
-func specHolder(h string) specOpt { return func(o *policy.Object) { o.Spec.Holder = h } }
+func specHolder(h string) specOpt { return func(o *leaseobject.Object) { o.Spec.Holder = h } }
 
 func specRenewAt(d time.Duration) specOpt {
-	return func(o *policy.Object) { o.Spec.RenewTime = specT0.Add(d) }
+	return func(o *leaseobject.Object) { o.Spec.RenewTime = specT0.Add(d) }
 }
 
 // specStampedAt gives the object the managedFields entry that owns
 // renewTime, dated specT0+d in whole seconds: the API server's stamp of
 // the write that moved renewTime.
 func specStampedAt(d time.Duration) specOpt {
-	return func(o *policy.Object) {
+	return func(o *leaseobject.Object) {
 		ts := specT0.Add(d).Truncate(time.Second)
-		o.ManagedTimes = append(o.ManagedTimes, policy.ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
+		o.ManagedTimes = append(o.ManagedTimes, leaseobject.ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
 		o.RenewWrite = ts
 	}
 }
 
-func specUndesignated(o *policy.Object) { o.HasDesignation, o.Designated = false, "" }
+func specUndesignated(o *leaseobject.Object) { o.HasDesignation, o.Designated = false, "" }
 
 // specRenewal is caller's UPDATE of res ns/l 2 s after specT0 (or at
 // specT0+at), renewTime and its stamp moved there, then opts applied to the
 // object as written.
-func specRenewal(res policy.Resource, ns string, caller policy.Caller, opts ...specOpt) *policy.Request {
+func specRenewal(res leaseobject.Resource, ns string, caller leaseobject.Caller, opts ...specOpt) *leaseobject.Request {
 	return specRenewalAt(res, ns, caller, 2*time.Second, opts...)
 }
 
-func specRenewalAt(res policy.Resource, ns string, caller policy.Caller, at time.Duration, opts ...specOpt) *policy.Request {
+func specRenewalAt(res leaseobject.Resource, ns string, caller leaseobject.Caller, at time.Duration, opts ...specOpt) *leaseobject.Request {
 	nw := specLease(res, ns, "l", append([]specOpt{specRenewAt(at), specStampedAt(at)}, opts...)...)
-	return &policy.Request{Resource: res, Operation: policy.Update, Caller: caller,
+	return &leaseobject.Request{Resource: res, Operation: leaseobject.Update, Caller: caller,
 		Old: specLease(res, ns, "l"), New: nw, Now: specT0.Add(at)}
 }
 
@@ -117,23 +118,23 @@ func specRenewalAt(res policy.Resource, ns string, caller policy.Caller, at time
 // rightful renewer's harmless renewals.
 func TestFailClosed(t *testing.T) {
 	p := parsePolicy(t, specPolicy)
-	lease := func(ns string, caller policy.Caller, opts ...specOpt) *policy.Request {
-		return specRenewal(policy.Leases, ns, caller, opts...)
+	lease := func(ns string, caller leaseobject.Caller, opts ...specOpt) *leaseobject.Request {
+		return specRenewal(leaseobject.Leases, ns, caller, opts...)
 	}
-	mcl := func(ns string, caller policy.Caller, opts ...specOpt) *policy.Request {
-		return specRenewal(policy.MultiClusterLeases, ns, caller, opts...)
+	mcl := func(ns string, caller leaseobject.Caller, opts ...specOpt) *leaseobject.Request {
+		return specRenewal(leaseobject.MultiClusterLeases, ns, caller, opts...)
 	}
 	// A write whose stored object is given apart from the written one.
-	stored := func(res policy.Resource, ns string, caller policy.Caller, old, nw []specOpt) *policy.Request {
+	stored := func(res leaseobject.Resource, ns string, caller leaseobject.Caller, old, nw []specOpt) *leaseobject.Request {
 		req := specRenewal(res, ns, caller)
 		req.Old, req.New = specLease(res, ns, "l", old...), specLease(res, ns, "l", nw...)
 		return req
 	}
 	deleted := lease("hard", specPodA)
-	deleted.Operation, deleted.New = policy.Delete, nil
+	deleted.Operation, deleted.New = leaseobject.Delete, nil
 	cases := []struct {
 		name string
-		req  *policy.Request
+		req  *leaseobject.Request
 		want bool
 	}{
 		{"the designated manager renews from the holder's pod", lease("hard", specPodA), false},
@@ -152,17 +153,17 @@ func TestFailClosed(t *testing.T) {
 		// forbids.
 		{"designation by annotation: the designated manager renews", lease("hard-annot", specMgrA), false},
 		{"designation by annotation: another manager renews", lease("hard-annot", specMgrB), true},
-		{"designation by annotation, none recorded: a manager renews", stored(policy.Leases, "hard-annot", specMgrA,
+		{"designation by annotation, none recorded: a manager renews", stored(leaseobject.Leases, "hard-annot", specMgrA,
 			[]specOpt{specUndesignated}, []specOpt{specUndesignated, specRenewAt(2 * time.Second), specStampedAt(2 * time.Second)}), true},
-		{"designation by annotation, recorded empty: a manager renews", stored(policy.Leases, "hard-annot", specMgrA,
-			[]specOpt{func(o *policy.Object) { o.Designated = "" }},
-			[]specOpt{func(o *policy.Object) { o.Designated = "" }, specRenewAt(2 * time.Second), specStampedAt(2 * time.Second)}), true},
-		{"multiclusterlease: a renewal that also changes acquireTime", mcl("coalesce", specMgrB, func(o *policy.Object) { o.Spec.AcquireTime = specT0.Add(time.Hour) }), true},
+		{"designation by annotation, recorded empty: a manager renews", stored(leaseobject.Leases, "hard-annot", specMgrA,
+			[]specOpt{func(o *leaseobject.Object) { o.Designated = "" }},
+			[]specOpt{func(o *leaseobject.Object) { o.Designated = "" }, specRenewAt(2 * time.Second), specStampedAt(2 * time.Second)}), true},
+		{"multiclusterlease: a renewal that also changes acquireTime", mcl("coalesce", specMgrB, func(o *leaseobject.Object) { o.Spec.AcquireTime = specT0.Add(time.Hour) }), true},
 		// A MultiClusterLease is renewed by every manager of the cluster
 		// (its shared candidate): their renewals must flow while
 		// leaseguard is down, or the managers that are not designated
 		// lose leadership and exit.
-		{"multiclusterlease: another manager renews from the holder's pod", mcl("hard", policy.Caller{Username: "user:mgr-b", PodName: "pod"}), false},
+		{"multiclusterlease: another manager renews from the holder's pod", mcl("hard", leaseobject.Caller{Username: "user:mgr-b", PodName: "pod"}), false},
 		{"multiclusterlease: another manager renews without binding", mcl("coalesce", specMgrB), false},
 		{"multiclusterlease: another manager's pod is not the holder's", mcl("hard", specPodB), true},
 		{"multiclusterlease: a stranger renews", mcl("coalesce", specStranger), true},
@@ -171,27 +172,27 @@ func TestFailClosed(t *testing.T) {
 		// (fourth and fifth attack rounds): stored while leaseguard is
 		// down, anything else could lock, backdate or brick the lease.
 		{"multiclusterlease: a renewal that moves renewTime backwards, far behind the clock", mcl("coalesce", specMgrB, specRenewAt(-time.Hour)), true},
-		{"multiclusterlease: renewals that crossed on their way (a millisecond behind the stored one)", stored(policy.MultiClusterLeases, "coalesce", specMgrB,
+		{"multiclusterlease: renewals that crossed on their way (a millisecond behind the stored one)", stored(leaseobject.MultiClusterLeases, "coalesce", specMgrB,
 			[]specOpt{specRenewAt(2 * time.Second)}, []specOpt{specRenewAt(2*time.Second - time.Millisecond), specStampedAt(2 * time.Second)}), false},
 		{"multiclusterlease: a renewal more than the skew behind the clock", mcl("coalesce", specMgrB, specRenewAt(-time.Second-time.Millisecond)), true},
 		// Composed 7 s before the API server stamped it (client-side
 		// throttling, a loaded server: the kind fault test's outage) but
 		// still after the stored renewal: late, and harmless.
-		{"multiclusterlease: a late renewal that still moves renewTime forwards", stored(policy.MultiClusterLeases, "coalesce", specMgrB,
+		{"multiclusterlease: a late renewal that still moves renewTime forwards", stored(leaseobject.MultiClusterLeases, "coalesce", specMgrB,
 			[]specOpt{specRenewAt(-10 * time.Second)}, []specOpt{specRenewAt(-5 * time.Second), specStampedAt(2 * time.Second)}), false},
-		{"multiclusterlease: a late renewal that moves renewTime backwards", stored(policy.MultiClusterLeases, "coalesce", specMgrB,
+		{"multiclusterlease: a late renewal that moves renewTime backwards", stored(leaseobject.MultiClusterLeases, "coalesce", specMgrB,
 			[]specOpt{specRenewAt(-4 * time.Second)}, []specOpt{specRenewAt(-5 * time.Second), specStampedAt(2 * time.Second)}), true},
 		{"the holder's renewal that moves renewTime backwards", lease("hard", specPodA, specRenewAt(-time.Hour)), true},
-		{"the holder's renewal that clears renewTime", lease("hard", specPodA, func(o *policy.Object) { o.Spec.RenewTime = time.Time{} }), true},
+		{"the holder's renewal that clears renewTime", lease("hard", specPodA, func(o *leaseobject.Object) { o.Spec.RenewTime = time.Time{} }), true},
 		{"multiclusterlease: a renewal ahead of the clock", mcl("coalesce", specMgrB, specRenewAt(5*time.Second)), true},
-		{"multiclusterlease: a renewTime typed clients cannot read", mcl("coalesce", specMgrB, func(o *policy.Object) {
-			o.Untyped = []policy.Unreadable{{Field: "spec.renewTime", Raw: `"x"`}}
+		{"multiclusterlease: a renewTime typed clients cannot read", mcl("coalesce", specMgrB, func(o *leaseobject.Object) {
+			o.Untyped = []leaseobject.Unreadable{{Field: "spec.renewTime", Raw: `"x"`}}
 		}), true},
-		{"multiclusterlease: a renewal that re-dates another managedFields entry", mcl("coalesce", specMgrB, func(o *policy.Object) {
-			o.ManagedTimes = append(o.ManagedTimes, policy.ManagedTime{Key: "controller\nUpdate\nstatus\nv1", Raw: "2100-01-01T00:00:00Z"})
+		{"multiclusterlease: a renewal that re-dates another managedFields entry", mcl("coalesce", specMgrB, func(o *leaseobject.Object) {
+			o.ManagedTimes = append(o.ManagedTimes, leaseobject.ManagedTime{Key: "controller\nUpdate\nstatus\nv1", Raw: "2100-01-01T00:00:00Z"})
 		}), true},
-		{"multiclusterlease: a renewal that also writes a label", mcl("coalesce", specMgrB, func(o *policy.Object) { o.Labels = `{"seen-by":"b"}` }), true},
-		{"multiclusterlease: a renewal with no entry owning renewTime", stored(policy.MultiClusterLeases, "coalesce", specMgrB,
+		{"multiclusterlease: a renewal that also writes a label", mcl("coalesce", specMgrB, func(o *leaseobject.Object) { o.Labels = `{"seen-by":"b"}` }), true},
+		{"multiclusterlease: a renewal with no entry owning renewTime", stored(leaseobject.MultiClusterLeases, "coalesce", specMgrB,
 			nil, []specOpt{specRenewAt(2 * time.Second)}), true},
 	}
 	for _, c := range cases {
@@ -227,8 +228,8 @@ rules:
 		{"user:mns-b:m-x", true},
 		{"user:mns-a:m-y", true},
 	} {
-		req := specRenewal(policy.Leases, "mns-a", policy.Caller{Username: c.user}, specHolder("h"), specUndesignated)
-		req.Old = specLease(policy.Leases, "mns-a", "l-x", specHolder("h"), specUndesignated)
+		req := specRenewal(leaseobject.Leases, "mns-a", leaseobject.Caller{Username: c.user}, specHolder("h"), specUndesignated)
+		req.Old = specLease(leaseobject.Leases, "mns-a", "l-x", specHolder("h"), specUndesignated)
 		req.New.Name = "l-x"
 		if got := goFailClosed(p, req); got != c.want {
 			t.Errorf("%s renews mns-a/l-x: goFailClosed = %v, want %v", c.user, got, c.want)
@@ -242,27 +243,27 @@ rules:
 // renewer, so its label write goes there too.
 func TestStatusWriterAndDeleteRouteToTheFailClosedWebhook(t *testing.T) {
 	p := parsePolicy(t, specPolicy)
-	metadata := func(res policy.Resource, caller policy.Caller, opt specOpt) *policy.Request {
-		return &policy.Request{Resource: res, Operation: policy.Update, Caller: caller, Now: specT0.Add(time.Second),
+	metadata := func(res leaseobject.Resource, caller leaseobject.Caller, opt specOpt) *leaseobject.Request {
+		return &leaseobject.Request{Resource: res, Operation: leaseobject.Update, Caller: caller, Now: specT0.Add(time.Second),
 			Old: specLease(res, "hard", "l"), New: specLease(res, "hard", "l", opt)}
 	}
-	del := metadata(policy.Leases, specPodA2, func(*policy.Object) {})
-	del.Operation, del.New = policy.Delete, nil
-	finalizers := func(f string) specOpt { return func(o *policy.Object) { o.Finalizers = f } }
+	del := metadata(leaseobject.Leases, specPodA2, func(*leaseobject.Object) {})
+	del.Operation, del.New = leaseobject.Delete, nil
+	finalizers := func(f string) specOpt { return func(o *leaseobject.Object) { o.Finalizers = f } }
 	for _, c := range []struct {
 		name    string
-		req     *policy.Request
+		req     *leaseobject.Request
 		refused bool
 	}{
 		{"a sibling pod's delete", del, true},
-		{"the status writer adds its finalizer", metadata(policy.MultiClusterLeases, specCtrl, finalizers(`["`+policy.ControllerFinalizer+`"]`)), false},
-		{"the status writer replaces the finalizers", metadata(policy.MultiClusterLeases, specCtrl, finalizers(`["example.com/never-released"]`)), true},
-		{"the status writer labels the object", metadata(policy.MultiClusterLeases, specCtrl, func(o *policy.Object) { o.Labels = `{"a":"b"}` }), true},
+		{"the status writer adds its finalizer", metadata(leaseobject.MultiClusterLeases, specCtrl, finalizers(`["`+leaseobject.ControllerFinalizer+`"]`)), false},
+		{"the status writer replaces the finalizers", metadata(leaseobject.MultiClusterLeases, specCtrl, finalizers(`["example.com/never-released"]`)), true},
+		{"the status writer labels the object", metadata(leaseobject.MultiClusterLeases, specCtrl, func(o *leaseobject.Object) { o.Labels = `{"a":"b"}` }), true},
 	} {
 		if d := policy.Decide(p, c.req); (d.Verdict == policy.Deny) != c.refused {
 			t.Errorf("%s: decided %v %s, want refused %t", c.name, d.Verdict, d.Invariant, c.refused)
 		}
-		if c.req.Operation == policy.Update && !goIdentityChange(c.req) && c.req.New.Finalizers != c.req.Old.Finalizers {
+		if c.req.Operation == leaseobject.Update && !goIdentityChange(c.req) && c.req.New.Finalizers != c.req.Old.Finalizers {
 			t.Errorf("%s: goIdentityChange = false for a finalizer change", c.name)
 		}
 		if !goFailClosed(p, c.req) {
@@ -277,12 +278,12 @@ func TestStatusWriterAndDeleteRouteToTheFailClosedWebhook(t *testing.T) {
 // rides the fail-open route: it must keep flowing while leaseguard is down.
 func TestAcknowledgeableRenewalsRideTheFailOpenRoute(t *testing.T) {
 	p := parsePolicy(t, specPolicy)
-	for name, req := range map[string]*policy.Request{
-		"another manager renews while the designation is fresh":        specRenewal(policy.MultiClusterLeases, "coalesce", specMgrB),
-		"another manager renews 1ns before the designation goes stale": specRenewalAt(policy.MultiClusterLeases, "coalesce", specMgrB, 17*time.Second),
-		"another manager's pod renews the holder's lease":              specRenewal(policy.MultiClusterLeases, "hard", policy.Caller{Username: "user:mgr-b", PodName: "pod"}),
-		"a fixed designation: another manager":                         specRenewal(policy.MultiClusterLeases, "fixed", specMgrB),
-		"another manager renews a second after the stored renewal":     specRenewalAt(policy.MultiClusterLeases, "coalesce", specMgrB, time.Second),
+	for name, req := range map[string]*leaseobject.Request{
+		"another manager renews while the designation is fresh":        specRenewal(leaseobject.MultiClusterLeases, "coalesce", specMgrB),
+		"another manager renews 1ns before the designation goes stale": specRenewalAt(leaseobject.MultiClusterLeases, "coalesce", specMgrB, 17*time.Second),
+		"another manager's pod renews the holder's lease":              specRenewal(leaseobject.MultiClusterLeases, "hard", leaseobject.Caller{Username: "user:mgr-b", PodName: "pod"}),
+		"a fixed designation: another manager":                         specRenewal(leaseobject.MultiClusterLeases, "fixed", specMgrB),
+		"another manager renews a second after the stored renewal":     specRenewalAt(leaseobject.MultiClusterLeases, "coalesce", specMgrB, time.Second),
 	} {
 		if !policy.Acknowledge(p, req) {
 			t.Errorf("%s: policy.Acknowledge = false: the case no longer shows an acknowledgement", name)

@@ -8,7 +8,10 @@ package manifests
 // every write it is sent the same way whichever webhook sent it
 // (policy.Decide); only the API server routes.
 
-import "github.com/leaseguard/leaseguard/webhook/decision/policy"
+import (
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
+	"github.com/leaseguard/leaseguard/webhook/decision/policy"
+)
 
 // goIdentityChange reports whether a write may change who holds or may write
 // the lease, or whether it exists: anything but an UPDATE of the object
@@ -18,8 +21,8 @@ import "github.com/leaseguard/leaseguard/webhook/decision/policy"
 // leaseguard: the rendered webhook that takes them fails closed, the one
 // that takes the rest fails open (docs/security.md). The generated CEL
 // decides the same.
-func goIdentityChange(req *policy.Request) bool {
-	if req.Operation != policy.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+func goIdentityChange(req *leaseobject.Request) bool {
+	if req.Operation != leaseobject.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return true
 	}
 	old, new := req.Old, req.New
@@ -31,7 +34,7 @@ func goIdentityChange(req *policy.Request) bool {
 	}
 	// Fields leaseguard cannot read compare by their JSON text, as CEL
 	// compares them; renewTime may move.
-	raw := func(o *policy.Object) map[string]string {
+	raw := func(o *leaseobject.Object) map[string]string {
 		m := map[string]string{}
 		for _, u := range o.Unreadable {
 			if u.Field != "spec.renewTime" {
@@ -67,7 +70,7 @@ func goIdentityChange(req *policy.Request) bool {
 //
 // One identity change is left to the fail-open webhook too: a status
 // writer's UPDATE of a MultiClusterLease's status (goStatusWriterStatusWrite).
-func goFailClosed(p *policy.Policy, req *policy.Request) bool {
+func goFailClosed(p *policy.Policy, req *leaseobject.Request) bool {
 	if goStatusWriterStatusWrite(p, req) {
 		return false
 	}
@@ -78,7 +81,7 @@ func goFailClosed(p *policy.Policy, req *policy.Request) bool {
 	if rule == nil || !rule.RenewerExpressible() {
 		return false
 	}
-	if req.Resource == policy.MultiClusterLeases {
+	if req.Resource == leaseobject.MultiClusterLeases {
 		// Every manager renews the shared holder's MultiClusterLease
 		// (sharedRenewal): its renewals must not fail with leaseguard.
 		return !rule.SharesRenewal(&req.Caller, req.Old)
@@ -95,8 +98,8 @@ func goFailClosed(p *policy.Policy, req *policy.Request) bool {
 // longer than the renew deadline ends every manager's leadership (found by
 // the kind stage's namespace-mode workload on the real lock, 2026-12-05:
 // all 10 managers exited with every replica down).
-func goStatusWriterStatusWrite(p *policy.Policy, req *policy.Request) bool {
-	if req.Operation != policy.Update || req.Subresource != policy.StatusSubresource || req.Resource != policy.MultiClusterLeases || req.New == nil {
+func goStatusWriterStatusWrite(p *policy.Policy, req *leaseobject.Request) bool {
+	if req.Operation != leaseobject.Update || req.Subresource != leaseobject.StatusSubresource || req.Resource != leaseobject.MultiClusterLeases || req.New == nil {
 		return false
 	}
 	rule := p.Select(req.Resource, req.New.Namespace, req.New.Name)
@@ -122,15 +125,15 @@ func goStatusWriterStatusWrite(p *policy.Policy, req *policy.Request) bool {
 // write that changes labels or annotations too. (The view holds no
 // generateName of an UPDATE: the generated CEL also sends a write that
 // changes it to the fail-closed webhook.)
-func goHarmlessRenewal(p *policy.Policy, req *policy.Request) bool {
-	if req.Operation != policy.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
+func goHarmlessRenewal(p *policy.Policy, req *leaseobject.Request) bool {
+	if req.Operation != leaseobject.Update || req.Subresource != "" || req.Old == nil || req.New == nil {
 		return false
 	}
 	old, new := req.Old, req.New
 	if old.Labels != new.Labels || old.Annotations != new.Annotations {
 		return false
 	}
-	for _, o := range [...]*policy.Object{old, new} {
+	for _, o := range [...]*leaseobject.Object{old, new} {
 		if o.Spec.RenewTime.IsZero() || o.UnreadableEntry("spec.renewTime") != nil || o.UntypedEntry("spec.renewTime") != nil {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/pattern"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/render/celexpr"
@@ -146,7 +147,7 @@ func limits(r *policy.RuleView, o Options) []Limit {
 		add(policy.InvariantFencing, "holderBinding", Partial,
 			"a DELETE carries no server clock: a delete of a lease with a holder by anyone but its holder is refused even once the lease has expired (its holder or an operator deletes it)")
 	}
-	if r.Designation != policy.DesignationNone && slices.Contains(r.Resources, policy.MultiClusterLeases) && !o.Coalescing {
+	if r.Designation != policy.DesignationNone && slices.Contains(r.Resources, leaseobject.MultiClusterLeases) && !o.Coalescing {
 		// With the MutatingAdmissionPolicy (--coalesce) they are
 		// acknowledged in the API server, as by the webhook.
 		add(policy.InvariantDesignatedWriter, "designation", Partial,
@@ -177,7 +178,7 @@ type generator struct {
 	rules             []policy.RuleView
 }
 
-func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMessages bool) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+func (g *generator) vap(i int, res leaseobject.Resource, skew time.Duration, staticMessages bool) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	r := &g.rules[i]
 	c := &vapCEL{r: r, res: res, skew: skew, staticMessages: staticMessages}
 	name := g.prefix + "-" + r.Name + "-" + string(res)
@@ -185,7 +186,7 @@ func (g *generator) vap(i int, res policy.Resource, skew time.Duration, staticMe
 	equivalent := admissionregistrationv1.Equivalent
 	var rules []admissionregistrationv1.NamedRuleWithOperations
 	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}
-	for _, rule := range manifests.ResourceRules([]policy.Resource{res}, ops, true) {
+	for _, rule := range manifests.ResourceRules([]leaseobject.Resource{res}, ops, true) {
 		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: rule})
 	}
 	conds := append(manifests.ControlPlaneConditions(),

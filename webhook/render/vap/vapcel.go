@@ -30,7 +30,7 @@ import (
 // clock.
 type vapCEL struct {
 	r    *policy.RuleView
-	res  policy.Resource
+	res  leaseobject.Resource
 	skew time.Duration
 	// staticMessages: no messageExpressions (VAPOptions.StaticMessages).
 	staticMessages bool
@@ -53,13 +53,13 @@ func lit(s string) string { return celexpr.Quote(s) }
 
 // kind is the lower-case singular leaseguard's messages use.
 func (c *vapCEL) kind() string {
-	if c.res == policy.MultiClusterLeases {
+	if c.res == leaseobject.MultiClusterLeases {
 		return "multiclusterlease"
 	}
 	return "lease"
 }
 
-func (c *vapCEL) lease() bool { return c.res == policy.Leases }
+func (c *vapCEL) lease() bool { return c.res == leaseobject.Leases }
 
 // spec fields of the resource read as strings, times and integers.
 func (c *vapCEL) timeFields() []string {
@@ -119,7 +119,7 @@ func entryKey(m string) string {
 
 // renewWrite renders when the API server stored the last write of
 // spec.renewTime on obj: the latest time of the main resource's
-// managedFields entries owning it (policy.Object.RenewWrite).
+// managedFields entries owning it (leaseobject.Object.RenewWrite).
 func renewWrite(obj string) string {
 	list := managedFields(obj) + ".filter(m, m.?subresource.orValue('') == '' && m.?fieldsV1[?'f:spec'][?'f:renewTime'].hasValue() && " +
 		managedTimeOK("m.?time.orValue('')") + ").map(m, timestamp(m.time))"
@@ -135,7 +135,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 	add := func(name, expr string) {
 		out = append(out, admissionregistrationv1.Variable{Name: name, Expression: expr})
 	}
-	podKey := celexpr.Quote(policy.PodNameExtra)
+	podKey := celexpr.Quote(leaseobject.PodNameExtra)
 
 	// Who is who.
 	add("user", celexpr.User)
@@ -178,7 +178,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 			add(field(side, f)+"Raw", "int("+specValue(obj, f, "0")+")")
 			add(field(side, f), readableInt(v(field(side, f)+"Raw")))
 		}
-		add(side+"Designated", celexpr.Ternary(obj+" == null", "''", celexpr.Annotation(obj, policy.DesignationAnnotation)+".orValue('')"))
+		add(side+"Designated", celexpr.Ternary(obj+" == null", "''", celexpr.Annotation(obj, leaseobject.DesignationAnnotation)+".orValue('')"))
 	}
 
 	// What the write changes.
@@ -215,7 +215,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 		celexpr.Ternary(v("oldRenewTimeRaw")+" != '' && "+v("oldRenewWrite")+".hasValue()", tv(v("oldRenewWrite")), c.acquireOrCreation()))
 	add("staleAt", celexpr.Ternary("oldObject == null", "timestamp(0)",
 		ref+" + duration(string("+v("oldLeaseDurationSeconds")+" > 0 ? "+v("oldLeaseDurationSeconds")+" : "+
-			strconv.Itoa(int(policy.DefaultLeaseDuration/time.Second))+") + 's') + "+c.skewDuration()))
+			strconv.Itoa(int(leaseobject.DefaultLeaseDuration/time.Second))+") + 's') + "+c.skewDuration()))
 	add("stale", "oldObject != null && "+v("now")+".hasValue() && "+tv(v("now"))+" > "+v("staleAt"))
 	add("live", v("oldHolderIdentity")+" != '' && !"+v("stale"))
 
@@ -475,7 +475,7 @@ func (c *vapCEL) designatedFailure() string {
 // webhook's order. The API server keeps finalizers in the order written,
 // so the other finalizers compare as lists.
 func (c *vapCEL) writerChange() string {
-	own := celexpr.Quote(policy.ControllerFinalizer)
+	own := celexpr.Quote(leaseobject.ControllerFinalizer)
 	others := func(obj string) string {
 		return obj + ".metadata.?finalizers.orValue([]).filter(f, f != " + own + ")"
 	}
@@ -733,10 +733,10 @@ func (c *vapCEL) designationRefusals() []refusal {
 	add := func(f refusal) { out = append(out, f) }
 	switch r.Designation {
 	case policy.DesignationByAnnotation, policy.DesignationFixed:
-		add(refusal{code: codeOperatorsOnly, problem: lit("may not change annotation " + policy.DesignationAnnotation + " of"),
+		add(refusal{code: codeOperatorsOnly, problem: lit("may not change annotation " + leaseobject.DesignationAnnotation + " of"),
 			hint: lit("only operators may: " + orNone(strings.Join(r.Operators, ", ")))})
 	default:
-		add(refusal{code: codeRemove, problem: lit("may not remove annotation " + policy.DesignationAnnotation + " of"),
+		add(refusal{code: codeRemove, problem: lit("may not remove annotation " + leaseobject.DesignationAnnotation + " of"),
 			hint: str(lit("designated: "), celexpr.Ternary(v("oldDesignated")+" == ''", lit("none"), v("designatedRelative")))})
 		add(refusal{code: codeOther, problem: str(lit("may not designate "), clip(v("newDesignated")), lit(" for")), staticProblem: "may not designate another manager for",
 			hint: lit("a manager may designate only itself")})
@@ -755,7 +755,7 @@ func (c *vapCEL) designationRefusals() []refusal {
 				noneYet = problem
 			}
 			add(refusal{code: inv + codeNoneYet, problem: lit(noneYet),
-				hint: lit("no designated manager yet: an operator sets annotation " + policy.DesignationAnnotation)})
+				hint: lit("no designated manager yet: an operator sets annotation " + leaseobject.DesignationAnnotation)})
 			add(refusal{code: inv + codeAnnotated, problem: lit(problem),
 				hint: str(lit("designated: "), v("designatedRelative"))})
 		case policy.DesignationAuto:
@@ -798,7 +798,7 @@ func (c *vapCEL) specRefusals() []refusal {
 	}
 	switch r.HolderBinding {
 	case policy.HolderBindingPod:
-		add(refusal{code: codeNoPod, problem: lit("has no pod-bound token and may not write"), hint: lit("holderBinding pod needs the " + policy.PodNameExtra + " extra")})
+		add(refusal{code: codeNoPod, problem: lit("has no pod-bound token and may not write"), hint: lit("holderBinding pod needs the " + leaseobject.PodNameExtra + " extra")})
 		add(refusal{code: codePod, problem: str(lit("writes holder "), clip(nw), lit(" of another pod on")), staticProblem: "writes the holder of another pod on",
 			hint: str(lit("want "), clip(v("pod")), lit("[_<id>]"))})
 	case policy.HolderBindingUsername:

@@ -203,9 +203,9 @@ func (m *Designator) Handle(_ context.Context, ar cradmission.Request) cradmissi
 		}
 	case stamp && len(user) <= maxPatchedValueBytes:
 		if !req.New.HasAnnotations {
-			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{policy.DesignationAnnotation: user}))
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{leaseobject.DesignationAnnotation: user}))
 		} else {
-			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+escapeJSONPointer(policy.DesignationAnnotation), user))
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/annotations/"+escapeJSONPointer(leaseobject.DesignationAnnotation), user))
 		}
 		m.Log.V(1).Info("designating manager", "user", oneline.Clip(user), "namespace", oneline.Clip(req.New.Namespace), "name", oneline.Clip(req.New.Name))
 	}

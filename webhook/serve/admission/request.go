@@ -43,7 +43,7 @@ const (
 type Review struct {
 	UID string
 	// Request is the decision core's view; nil when Err is set.
-	Request *policy.Request
+	Request *leaseobject.Request
 	// Err says what could not be read; the review is then refused.
 	Err error
 }

@@ -13,6 +13,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/leaseguard/leaseguard/test/testfixtures"
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 	"github.com/leaseguard/leaseguard/webhook/decision/policyfile"
 	"github.com/leaseguard/leaseguard/webhook/render/manifests"
@@ -80,7 +81,7 @@ func (r review) json() []byte {
 		"userInfo":    map[string]any{"username": r.user},
 	}
 	if r.podName != "" {
-		req["userInfo"].(map[string]any)["extra"] = map[string][]string{policy.PodNameExtra: {r.podName}}
+		req["userInfo"].(map[string]any)["extra"] = map[string][]string{leaseobject.PodNameExtra: {r.podName}}
 	}
 	if r.object != "" {
 		req["object"] = json.RawMessage(r.object)

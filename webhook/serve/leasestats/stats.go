@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -32,7 +33,7 @@ const (
 )
 
 type leaseKey struct {
-	resource  policy.Resource
+	resource  leaseobject.Resource
 	namespace string
 	name      string
 }
@@ -73,7 +74,7 @@ func New(leases, writers int) *Stats {
 }
 
 // Observe counts one judged write.
-func (s *Stats) Observe(resource policy.Resource, namespace, name, user string, verdict policy.Verdict) {
+func (s *Stats) Observe(resource leaseobject.Resource, namespace, name, user string, verdict policy.Verdict) {
 	if s == nil {
 		return
 	}
@@ -120,7 +121,7 @@ func keyText(s string) string {
 
 // ObserveRequest counts a judged admission request: the object it is about
 // (the new one, or the old one of a DELETE) and the caller.
-func (s *Stats) ObserveRequest(req *policy.Request, verdict policy.Verdict) {
+func (s *Stats) ObserveRequest(req *leaseobject.Request, verdict policy.Verdict) {
 	if s == nil || req == nil {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -18,12 +19,12 @@ import (
 func TestExactBelowCapacity(t *testing.T) {
 	s := New(10, 10)
 	for i := 0; i < 30; i++ {
-		s.Observe(policy.MultiClusterLeases, "cnrm-system", "kcc-leader", "manager-a", policy.Allow)
+		s.Observe(leaseobject.MultiClusterLeases, "cnrm-system", "kcc-leader", "manager-a", policy.Allow)
 	}
 	for i := 0; i < 20; i++ {
-		s.Observe(policy.MultiClusterLeases, "cnrm-system", "kcc-leader", "manager-b", policy.Deny)
+		s.Observe(leaseobject.MultiClusterLeases, "cnrm-system", "kcc-leader", "manager-b", policy.Deny)
 	}
-	s.Observe(policy.Leases, "cnrm-system", "kcc-leader-a", "manager-a", policy.Warn)
+	s.Observe(leaseobject.Leases, "cnrm-system", "kcc-leader-a", "manager-a", policy.Warn)
 	snap := s.Snapshot(0)
 	if snap.Requests != 51 || len(snap.Leases) != 2 || len(snap.Writers) != 2 {
 		t.Fatalf("snapshot %+v", snap)
@@ -50,7 +51,7 @@ func TestHeavyHittersPastCapacity(t *testing.T) {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprint("lease-", zipf.Uint64())
 		truth[name]++
-		s.Observe(policy.Leases, "ns", name, "user-"+name, policy.Allow)
+		s.Observe(leaseobject.Leases, "ns", name, "user-"+name, policy.Allow)
 	}
 	snap := s.Snapshot(0)
 	kept := map[string]LeaseCount{}
@@ -79,14 +80,14 @@ func TestHeavyHittersPastCapacity(t *testing.T) {
 
 func TestNilStatsIgnoresObservations(t *testing.T) {
 	var s *Stats
-	s.Observe(policy.Leases, "a", "b", "c", policy.Deny)
-	s.ObserveRequest(&policy.Request{Resource: policy.Leases, Old: &policy.Object{Name: "x"}}, policy.Allow)
+	s.Observe(leaseobject.Leases, "a", "b", "c", policy.Deny)
+	s.ObserveRequest(&leaseobject.Request{Resource: leaseobject.Leases, Old: &leaseobject.Object{Name: "x"}}, policy.Allow)
 }
 
 func TestObserveRequestUsesTheOldObjectOfADelete(t *testing.T) {
 	s := New(0, 0)
-	s.ObserveRequest(&policy.Request{Resource: policy.Leases, Operation: policy.Delete, Caller: policy.Caller{Username: "u"},
-		Old: &policy.Object{Namespace: "ns", Name: "gone"}}, policy.Deny)
+	s.ObserveRequest(&leaseobject.Request{Resource: leaseobject.Leases, Operation: leaseobject.Delete, Caller: leaseobject.Caller{Username: "u"},
+		Old: &leaseobject.Object{Namespace: "ns", Name: "gone"}}, policy.Deny)
 	if snap := s.Snapshot(0); len(snap.Leases) != 1 || snap.Leases[0].Name != "gone" || snap.Leases[0].Verdicts.Deny != 1 {
 		t.Fatalf("snapshot %+v", snap)
 	}
@@ -95,7 +96,7 @@ func TestObserveRequestUsesTheOldObjectOfADelete(t *testing.T) {
 func TestServeHTTP(t *testing.T) {
 	s := New(0, 0)
 	for i := 0; i < 5; i++ {
-		s.Observe(policy.Leases, "ns", fmt.Sprint("l", i), "u", policy.Allow)
+		s.Observe(leaseobject.Leases, "ns", fmt.Sprint("l", i), "u", policy.Allow)
 	}
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, Path+"?limit=2", nil))
@@ -123,7 +124,7 @@ func TestConcurrentObservations(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 1000; i++ {
-				s.Observe(policy.Leases, "ns", fmt.Sprint("l", i%16), fmt.Sprint("u", g), policy.Verdict(i%4))
+				s.Observe(leaseobject.Leases, "ns", fmt.Sprint("l", i%16), fmt.Sprint("u", g), policy.Verdict(i%4))
 				if i%100 == 0 {
 					_ = s.Snapshot(3)
 				}
@@ -145,7 +146,7 @@ func BenchmarkObserve(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		s.Observe(policy.Leases, "ns", names[i%len(names)], users[i%len(users)], policy.Allow)
+		s.Observe(leaseobject.Leases, "ns", names[i%len(names)], users[i%len(users)], policy.Allow)
 	}
 }
 
@@ -159,7 +160,7 @@ func TestLongKeysAreKeptCut(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for i := range 50 {
 		long := fmt.Sprint(i) + strings.Repeat("x", 1<<20)
-		s.Observe(policy.Leases, long, long, long, policy.Deny)
+		s.Observe(leaseobject.Leases, long, long, long, policy.Deny)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

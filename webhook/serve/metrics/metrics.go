@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -129,7 +130,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 }
 
 // Decision records one decision.
-func (r *Recorder) Decision(res policy.Resource, d *policy.Decision, took time.Duration) {
+func (r *Recorder) Decision(res leaseobject.Resource, d *policy.Decision, took time.Duration) {
 	if r == nil {
 		return
 	}
@@ -165,7 +166,7 @@ func (r *Recorder) ReviewSize(webhook string, n int) {
 
 // UnreadableStored records an admitted write to a stored object with a field
 // leaseguard could not read.
-func (r *Recorder) UnreadableStored(res policy.Resource) {
+func (r *Recorder) UnreadableStored(res leaseobject.Resource) {
 	if r == nil {
 		return
 	}
@@ -173,7 +174,7 @@ func (r *Recorder) UnreadableStored(res policy.Resource) {
 }
 
 // Coalesced records an early renewal the mutating webhook coalesced.
-func (r *Recorder) Coalesced(res policy.Resource) {
+func (r *Recorder) Coalesced(res leaseobject.Resource) {
 	if r == nil {
 		return
 	}
@@ -182,7 +183,7 @@ func (r *Recorder) Coalesced(res policy.Resource) {
 
 // Acknowledged records a shared MultiClusterLease renewal by a manager that
 // is not designated, acknowledged without being stored.
-func (r *Recorder) Acknowledged(res policy.Resource) {
+func (r *Recorder) Acknowledged(res leaseobject.Resource) {
 	if r == nil {
 		return
 	}

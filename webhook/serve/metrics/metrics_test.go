@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
 
@@ -17,12 +18,12 @@ func TestDecisionsAreCountedByRuleVerdictAndInvariant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", RenewalInterval: 6 * time.Second}, time.Microsecond)
-	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantRenewalRate, RenewalInterval: 2 * time.Second}, time.Microsecond)
-	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Warn, Rule: "bound", Invariant: policy.InvariantBound}, time.Microsecond)
-	r.Decision(policy.Leases, &policy.Decision{Verdict: policy.Allow}, time.Microsecond)
-	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", DesignationChanged: true}, time.Microsecond)
-	r.Decision(policy.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantDesignationChange, DesignationChanged: true}, time.Microsecond)
+	r.Decision(leaseobject.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", RenewalInterval: 6 * time.Second}, time.Microsecond)
+	r.Decision(leaseobject.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantRenewalRate, RenewalInterval: 2 * time.Second}, time.Microsecond)
+	r.Decision(leaseobject.Leases, &policy.Decision{Verdict: policy.Warn, Rule: "bound", Invariant: policy.InvariantBound}, time.Microsecond)
+	r.Decision(leaseobject.Leases, &policy.Decision{Verdict: policy.Allow}, time.Microsecond)
+	r.Decision(leaseobject.MultiClusterLeases, &policy.Decision{Verdict: policy.Allow, Rule: "kcc-mcl", DesignationChanged: true}, time.Microsecond)
+	r.Decision(leaseobject.MultiClusterLeases, &policy.Decision{Verdict: policy.Deny, Rule: "kcc-mcl", Invariant: policy.InvariantDesignationChange, DesignationChanged: true}, time.Microsecond)
 	r.BadRequest("validate", "too_large")
 	r.PolicyReload(false)
 
@@ -73,7 +74,7 @@ leaseguard_policy_file_valid 0
 
 func TestNilRecorderIsANoOp(t *testing.T) {
 	var r *Recorder
-	r.Decision(policy.Leases, &policy.Decision{}, 0)
+	r.Decision(leaseobject.Leases, &policy.Decision{}, 0)
 	r.BadRequest("validate", "too_large")
 	r.PolicyReload(true)
 	r.PolicyLoaded()
