@@ -1,6 +1,8 @@
-// Package testfixtures holds the policy fixtures that several packages'
-// tests share, so that Config Connector's namespace-mode rules are written
-// once. Tests that need other values spell out only what differs.
+// Package testfixtures holds the fixtures that several packages' tests
+// share, so that each is written once: policies (Config Connector's
+// namespace-mode rules, the hardening rules) and lease objects in the
+// decision core's view (objects.go). Tests that need other values spell
+// out only what differs.
 package testfixtures
 
 import (

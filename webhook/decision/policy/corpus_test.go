@@ -30,10 +30,8 @@ type vapCorpus struct {
 
 type vapCorpusCase struct {
 	Name    string
-	Request leaseobject.
-		// Want is what this package's tables expect (verdict and invariant).
-		Request
-
+	Request leaseobject.Request
+	// Want is what this package's tables expect (verdict and invariant).
 	Want string
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/leaseguard/leaseguard/test/testfixtures"
 	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"math"
 	"net/http"
@@ -9,41 +10,8 @@ import (
 	"time"
 )
 
-// hardPolicy holds the rules of the hardening cases (docs/security.md): a
-// shared lease with every defence on, a coalescing rule and a plain one.
-const hardPolicy = `apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-clockSkew: 2s
-rules:
-- name: hard
-  resources: [leases, multiclusterleases]
-  namespaces: [hard]
-  managers: ["user:mgr-*"]
-  designation: auto
-  operators: ["user:op"]
-  statusWriters: ["user:mcl-ctrl"]
-  holderBinding: pod
-  minRenewInterval: 5s
-  backOffLosers: true
-- name: coalesce
-  resources: [leases, multiclusterleases]
-  namespaces: [coalesce]
-  managers: ["user:mgr-*"]
-  designation: auto
-  coalesceRenewals: auto
-  minRenewInterval: auto
-- name: plain
-  resources: [leases, multiclusterleases]
-  namespaces: [plain]
-  managers: ["user:mgr-*"]
-  minRenewInterval: 5s
-- name: hard-annot
-  resources: [leases]
-  namespaces: [hard-annot]
-  managers: ["user:mgr-*"]
-  designation: annotation
-  operators: ["user:op"]
-`
+// hardPolicy holds the rules of the hardening cases (docs/security.md).
+var hardPolicy = testfixtures.HardeningPolicy
 
 var (
 	podB  = leaseobject.Caller{Username: "user:mgr-b", PodName: "pod-b"}
@@ -97,11 +65,9 @@ func hardCases(res leaseobject.Resource) []hardCase {
 		}
 		cs = append(cs, c)
 	}
-	upd, del := leaseobject.Update,
+	upd, del := leaseobject.Update, leaseobject.Delete
 
-		// I4: releases of a live lease.
-		leaseobject.Delete
-
+	// I4: releases of a live lease.
 	add(hardCase{name: "holder's pod releases", op: upd, caller: podA,
 		old: in(res, "hard"), new: in(res, "hard", holder(""), renewAt(1*sec)), now: 1 * sec, want: allow("hard")})
 	add(hardCase{name: "sibling pod releases the live lease of another", op: upd, caller: podA2,

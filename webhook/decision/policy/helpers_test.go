@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/leaseguard/leaseguard/api/v1alpha1"
+	"github.com/leaseguard/leaseguard/test/testfixtures"
 	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 )
 
@@ -17,7 +18,7 @@ import (
 const ownNamespace = "leaseguard-system"
 
 // t0 is the stored renewTime of most test objects.
-var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+var t0 = testfixtures.T0
 
 const sec = time.Second
 
@@ -60,54 +61,21 @@ func readSample(tb testing.TB) string {
 	return string(data)
 }
 
-// objOpt modifies a test object.
-type objOpt func(*leaseobject.
+// The objects of the tables are the shared fixtures' (test/testfixtures):
+// mk builds one held by "h1", renewed at t0, with a 15 s lease duration (a
+// Lease also acquired a minute earlier, after one transition); holder,
+// renewAt, stampedAt (the API server's stamp of the write that moved
+// renewTime), noRenew and desig change it.
+type objOpt = testfixtures.ObjectOption
 
-	// mk builds an object held by "h1", renewed at t0, with a 15s lease duration;
-	// a Lease additionally was acquired a minute before t0 and has seen one
-	// transition. A MultiClusterLease has neither field.
-	Object)
-
-func mk(res leaseobject.Resource, ns, name string, opts ...objOpt) *leaseobject.Object {
-	o := &leaseobject.Object{
-		Namespace:         ns,
-		Name:              name,
-		CreationTimestamp: t0.Add(-time.Hour),
-		Spec: leaseobject.Spec{
-			Holder:        "h1",
-			RenewTime:     t0,
-			LeaseDuration: 15 * sec,
-		},
-	}
-	if res == leaseobject.Leases {
-		o.Spec.AcquireTime = t0.Add(-time.Minute)
-		o.Spec.Transitions = 1
-	}
-	for _, f := range opts {
-		f(o)
-	}
-	return o
-}
-
-func holder(h string) objOpt { return func(o *leaseobject.Object) { o.Spec.Holder = h } }
-
-// renewAt sets renewTime to t0+d.
-func renewAt(d time.Duration) objOpt {
-	return func(o *leaseobject.Object) { o.Spec.RenewTime = t0.Add(d) }
-}
-
-// stampedAt gives the object the managedFields entry that owns renewTime,
-// dated t0+d (whole seconds): the API server's stamp of the write that
-// moved renewTime.
-func stampedAt(d time.Duration) objOpt {
-	return func(o *leaseobject.Object) {
-		ts := t0.Add(d).UTC().Truncate(time.Second)
-		o.ManagedTimes = append(o.ManagedTimes, leaseobject.ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
-		o.RenewWrite = ts
-	}
-}
-
-func noRenew() objOpt { return func(o *leaseobject.Object) { o.Spec.RenewTime = time.Time{} } }
+var (
+	mk        = testfixtures.Object
+	holder    = testfixtures.Holder
+	renewAt   = testfixtures.RenewAt
+	stampedAt = testfixtures.StampedAt
+	noRenew   = testfixtures.NoRenewTime
+	desig     = testfixtures.Designated
+)
 
 func noAcquire() objOpt { return func(o *leaseobject.Object) { o.Spec.AcquireTime = time.Time{} } }
 
@@ -146,11 +114,6 @@ func ctrlFinalizer() objOpt {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// desig sets the designation annotation to u.
-func desig(u string) objOpt {
-	return func(o *leaseobject.Object) { o.Designated, o.HasDesignation = u, true }
-}
 
 // takeover makes the object a fresh acquisition by holder h at t0+at: the
 // holder and renewTime change and, for a Lease, leaseTransitions goes from 1

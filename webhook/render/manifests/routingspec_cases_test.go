@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseguard/leaseguard/test/testfixtures"
 	"github.com/leaseguard/leaseguard/webhook/decision/leaseobject"
 	"github.com/leaseguard/leaseguard/webhook/decision/policy"
 )
@@ -12,45 +13,17 @@ import (
 // the decision core's tables are: requests in policy's own view, against the
 // hardening policy's rules.
 
-// specPolicy holds the rules the cases route by: a shared lease with every
-// defence on, a coalescing rule without holder binding, and designation by
-// annotation.
-const specPolicy = `apiVersion: leaseguard.io/v1alpha1
-kind: LeasePolicy
-clockSkew: 2s
-rules:
-- name: hard
-  resources: [leases, multiclusterleases]
-  namespaces: [hard]
-  managers: ["user:mgr-*"]
-  designation: auto
-  operators: ["user:op"]
-  statusWriters: ["user:mcl-ctrl"]
-  holderBinding: pod
-  minRenewInterval: 5s
-  backOffLosers: true
-- name: coalesce
-  resources: [leases, multiclusterleases]
-  namespaces: [coalesce]
-  managers: ["user:mgr-*"]
-  designation: auto
-  coalesceRenewals: auto
-  minRenewInterval: auto
-- name: hard-annot
-  resources: [leases]
-  namespaces: [hard-annot]
-  managers: ["user:mgr-*"]
-  designation: annotation
-  operators: ["user:op"]
-- name: fixed
+// specPolicy holds the rules the cases route by: the hardening rules (a
+// shared lease with every defence on, a coalescing rule without holder
+// binding, designation by annotation) and a fixed designation.
+const specPolicy = testfixtures.HardeningPolicy + `- name: fixed
   resources: [multiclusterleases]
   namespaces: [fixed]
   managers: ["user:mgr-*"]
   designation: "user:mgr-a"
 `
 
-// specT0 is the stored renewTime of the cases' objects.
-var specT0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+var specT0 = testfixtures.T0
 
 var (
 	specPodA     = leaseobject.Caller{Username: "user:mgr-a", PodName: "pod"}
@@ -63,40 +36,19 @@ var (
 	specStranger = leaseobject.Caller{Username: "user:stranger"}
 )
 
-type specOpt func(*leaseobject.Object)
+type specOpt = testfixtures.ObjectOption
 
-// specLease is lease name in ns, held by pod_1 (specPodA's pod),
-// designated to mgr-a, renewed at specT0 with a 15 s lease duration (a
-// Lease also acquired a minute earlier, after one transition).
+// specLease is lease name in ns as the hardening cases store it: held by
+// pod_1 (specPodA's pod), designated to mgr-a.
 func specLease(res leaseobject.Resource, ns, name string, opts ...specOpt) *leaseobject.Object {
-	o := &leaseobject.Object{Namespace: ns, Name: name, CreationTimestamp: specT0.Add(-time.Hour),
-		Designated: "user:mgr-a", HasDesignation: true,
-		Spec: leaseobject.Spec{Holder: "pod_1", RenewTime: specT0, LeaseDuration: 15 * time.Second}}
-	if res == leaseobject.Leases {
-		o.Spec.AcquireTime, o.Spec.Transitions = specT0.Add(-time.Minute), 1
-	}
-	for _, f := range opts {
-		f(o)
-	}
-	return o
+	return testfixtures.Object(res, ns, name, append([]specOpt{testfixtures.Holder("pod_1"), testfixtures.Designated("user:mgr-a")}, opts...)...)
 }
 
-func specHolder(h string) specOpt { return func(o *leaseobject.Object) { o.Spec.Holder = h } }
-
-func specRenewAt(d time.Duration) specOpt {
-	return func(o *leaseobject.Object) { o.Spec.RenewTime = specT0.Add(d) }
-}
-
-// specStampedAt gives the object the managedFields entry that owns
-// renewTime, dated specT0+d in whole seconds: the API server's stamp of
-// the write that moved renewTime.
-func specStampedAt(d time.Duration) specOpt {
-	return func(o *leaseobject.Object) {
-		ts := specT0.Add(d).Truncate(time.Second)
-		o.ManagedTimes = append(o.ManagedTimes, leaseobject.ManagedTime{Key: "manager\nUpdate\n\nv1", Raw: ts.Format(time.RFC3339), Time: ts, RenewWriter: true})
-		o.RenewWrite = ts
-	}
-}
+var (
+	specHolder    = testfixtures.Holder
+	specRenewAt   = testfixtures.RenewAt
+	specStampedAt = testfixtures.StampedAt
+)
 
 func specUndesignated(o *leaseobject.Object) { o.HasDesignation, o.Designated = false, "" }
 
