@@ -1,6 +1,7 @@
-// Package leaseobject reads what arrives into the decision core's terms: an
-// admission request into a Request (ReadRequest: the caller's
-// identity once, both objects decoded), and the serialized Lease or
+// Package leaseobject defines the decision core's terms, the view of a
+// write (object.go: Request, Caller, Object, Spec), and reads what arrives
+// into them: an admission request into a Request (ReadRequest: the
+// caller's identity once, both objects decoded), and the serialized Lease or
 // MultiClusterLease of a request (JSON) or of a file (YAML) into the
 // normalised Object. It decodes with the API machinery's JSON
 // decoder (sigs.k8s.io/json: case-sensitive, the last of duplicate keys,
