@@ -183,6 +183,16 @@ func TestCoordinatedLeaderElectionHandsAGuardedLeaseOver(t *testing.T) {
 	waitFor("component-b stepping down and component-a leading", 2*time.Minute, func() bool {
 		return components["component-b"].stopped() && components["component-a"].leading()
 	})
+	// component-a's elector may learn it leads before the poll above has
+	// read the lease again (CI saw the check below run in that window, the
+	// poll having seen only component-b); the hand-over is judged on what
+	// the poll saw, so wait for it to see the new holder.
+	waitFor("the poll seeing component-a hold the lease", 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, ok := seenHolder["component-a"]
+		return ok
+	})
 	mu.Lock()
 	handedAt, lastByB := seenHolder["component-a"], lastRenewBy["component-b"]
 	holders := append([]string(nil), order...)
