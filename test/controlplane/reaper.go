@@ -10,10 +10,15 @@ import (
 // reaperScript notes, every second while the test process (its $1) lives,
 // the processes it started, and kills those it noted last, by PID, once it
 // is gone. The reaper is itself a child of the test process: it leaves
-// itself out.
+// itself out. A test process that has ended but not yet been waited for
+// is a zombie: kill -0 still reaches it while its children have already
+// moved to another parent, so a list taken then would be empty; the
+// list is kept only if the process still ran after it was taken.
 const reaperScript = `t=$1; kids=""
-while kill -0 "$t" 2>/dev/null; do
-	kids=$(ps -o pid= --ppid "$t" | grep -vw "$$")
+while :; do
+	k=$(ps -o pid= --ppid "$t" | grep -vw "$$")
+	case $(ps -o stat= -p "$t" 2>/dev/null) in ""|Z*) break;; esac
+	kids=$k
 	sleep 1
 done
 [ -n "$kids" ] && kill -9 $kids 2>/dev/null

@@ -21,7 +21,7 @@ func TestReaperKillsWhatAPanickingTestLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.Stdout.WriteString("orphan " + strconv.Itoa(orphan.Process.Pid) + "\n")
-		time.Sleep(1500 * time.Millisecond) // the reaper notes it
+		time.Sleep(3 * time.Second) // the reaper notes it (it looks every second)
 		panic("a test that panics ends the process without its deferred stops")
 	}
 	child := exec.Command(os.Args[0], "-test.run", "^TestReaperKillsWhatAPanickingTestLeft$")

@@ -77,6 +77,10 @@ type truth struct {
 	mu     sync.Mutex
 	writes map[string][]time.Time // by namespace/name
 	frozen atomic.Bool
+	// Writes between a client's check of frozen and its answer: counted
+	// before the check, so that once frozen and at zero nothing more is
+	// sent and everything sent has been decided.
+	inFlight atomic.Int64
 	// One patch at a time per lease: two managers' patches of the shared
 	// MultiClusterLease that meet in the API server conflict there, and it
 	// applies the loser again, calling the webhooks again: two decisions
@@ -93,6 +97,30 @@ func (tr *truth) sendAlone(key string) (unlock func()) {
 }
 
 var errFrozen = errors.New("the test stopped writing")
+
+// send counts a write in flight unless the test has stopped writing; done
+// ends it.
+func (tr *truth) send() (done func(), ok bool) {
+	tr.inFlight.Add(1)
+	if tr.frozen.Load() {
+		tr.inFlight.Add(-1)
+		return nil, false
+	}
+	return func() { tr.inFlight.Add(-1) }, true
+}
+
+// freeze stops every client from sending and waits for the writes in
+// flight to be answered: the API server answers a write after admission
+// has decided it, and leaseguard counts a decision before it answers.
+func (tr *truth) freeze(t *testing.T) {
+	t.Helper()
+	tr.frozen.Store(true)
+	for deadline := time.Now().Add(30 * time.Second); tr.inFlight.Load() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes still in flight 30s after the test stopped writing", tr.inFlight.Load())
+		}
+	}
+}
 
 func (tr *truth) record(key string) {
 	tr.mu.Lock()
@@ -132,9 +160,11 @@ func (c *countingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRec
 }
 
 func (c *countingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	if c.truth.frozen.Load() {
+	done, ok := c.truth.send()
+	if !ok {
 		return errFrozen
 	}
+	defer done()
 	err := c.Interface.Create(ctx, ler)
 	if err == nil {
 		c.truth.record(c.key)
@@ -143,9 +173,11 @@ func (c *countingLock) Create(ctx context.Context, ler resourcelock.LeaderElecti
 }
 
 func (c *countingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	if c.truth.frozen.Load() {
+	done, ok := c.truth.send()
+	if !ok {
 		return errFrozen
 	}
+	defer done()
 	err := c.Interface.Update(ctx, ler)
 	if err == nil {
 		c.truth.record(c.key)
@@ -217,7 +249,8 @@ func topCandidate(ctx context.Context, t *testing.T, ns, name, id string, create
 			return
 		case <-tick.C:
 		}
-		if tr.frozen.Load() {
+		sent, ok := tr.send()
+		if !ok {
 			continue
 		}
 		// Not cancelled with ctx: a patch is sent whole or not at all.
@@ -228,9 +261,10 @@ func topCandidate(ctx context.Context, t *testing.T, ns, name, id string, create
 		cancel()
 		if err != nil {
 			t.Errorf("candidate %s patching %s: %v", id, key, err)
-			continue
+		} else {
+			tr.record(key)
 		}
-		tr.record(key)
+		sent()
 	}
 }
 
@@ -398,8 +432,7 @@ func TestTopPolicyProjectionMatchesTheWebhook(t *testing.T) {
 		}
 	}
 	time.Sleep(12 * time.Second)
-	tr.frozen.Store(true)
-	time.Sleep(2 * time.Second) // the requests in flight land
+	tr.freeze(t)
 	after := decisionsByRule(t)
 	r := report()
 
@@ -522,10 +555,13 @@ func TestTopReportsRatesHoldersAndWriters(t *testing.T) {
 		if math.Abs(l.WritesPerSecond-truthRate) > 0.1*truthRate {
 			t.Errorf("%s: %.3f writes/s, the clients wrote %.3f/s (%d writes in 30s)", tc.name, l.WritesPerSecond, truthRate, n)
 		}
-		// A sanity check that the clients ran at their known rates (a
-		// loaded machine stretches the electors' periods by their latency).
-		if nominal := 1 / tc.period.Seconds(); math.Abs(l.WritesPerSecond-nominal) > 0.25*nominal {
-			t.Errorf("%s: %.3f writes/s, nominal %.3f/s", tc.name, l.WritesPerSecond, nominal)
+		// A sanity check that the clients ran at their known rates. A
+		// loaded machine stretches the electors' periods by their latency
+		// (client-go waits its retry period after each renewal returns: at
+		// a 1 s period, a 330 ms round trip is a quarter less), so the rate
+		// may fall to half the nominal one but never exceed it by a quarter.
+		if nominal := 1 / tc.period.Seconds(); l.WritesPerSecond < 0.5*nominal || l.WritesPerSecond > 1.25*nominal {
+			t.Errorf("%s: %.3f writes/s, nominal %.3f/s (want from half of it to a quarter above)", tc.name, l.WritesPerSecond, nominal)
 		}
 		if math.Abs(l.RenewIntervalSeconds-interval.Seconds()) > 0.1*interval.Seconds() {
 			t.Errorf("%s: renew interval %.3fs, the clients renewed every %.3fs", tc.name, l.RenewIntervalSeconds, interval.Seconds())

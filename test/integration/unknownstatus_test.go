@@ -175,6 +175,11 @@ func TestUnknownStatusFieldsBreakNoDecision(t *testing.T) {
 	if stored > 1 {
 		t.Errorf("%d of another manager's 4 acknowledged renewals were stored: at most the first, whose managedFields entry moves past the status writer's, may be", stored)
 	}
+	// The refusals below are of a live designation: renewed now, however
+	// long the loop above took on loaded cores.
+	if err := renewPast503(managerA); err != nil {
+		t.Errorf("the designated manager's renewal: %v", err)
+	}
 	_, err = as(managerB).Patch(ctx, name, types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"`+designation+`":"`+managerB+`"}}}`), metav1.PatchOptions{})
 	refusedByLeaseguard(t, "a takeover of the fresh designation", err, "may not take over the designation of")

@@ -335,7 +335,10 @@ func describeRun(r run) {
 			// stored (the designated writer's due renewals, the
 			// controller's status), never one per renewal. A second of
 			// slack each side of the window for a call counted on one
-			// side and its write on the other.
+			// side and its write on the other: the watch delivers a write
+			// decided just before `to` a moment after it, so the slack
+			// after it is waited out before counting.
+			time.Sleep(time.Until(to.Add(time.Second)))
 			stored := 0
 			for _, c := range env.clusters {
 				stored += recs[c].storedWrites(from.Add(-time.Second), to.Add(time.Second))
