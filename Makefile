@@ -126,7 +126,7 @@ TEST_ENV := KUBECONFIG=$(CURDIR)/hack/unreachable-kubeconfig.yaml E2E_KUBECONFIG
 GOTEST := env $(TEST_ENV) go test -count=1 -race -timeout 30m
 
 .PHONY: test
-test: ## The whole suite with stage timings: the control plane, then three tracks side by side: api (integration, e2e, multicluster), checks (fmt, vet, lint, chart, alerts, unit, VAP parity, perf programs, image reproducibility, fuzz), kind (3 nodes: Helm, e2e, faults, cert-manager overlay). hack/test.sh.
+test: ## The whole suite with stage timings: the control plane, then three tracks side by side: api (integration, multicluster), checks (fmt, vet, lint, chart, alerts, unit, VAP parity, perf programs, image reproducibility, fuzz, e2e), kind (3 nodes: Helm, e2e, faults, cert-manager overlay). hack/test.sh.
 	@GOTEST="$(GOTEST)" MAKE="$(MAKE)" hack/test.sh
 
 # Packages whose tests run one goroutine: neither they nor a package of
@@ -140,7 +140,7 @@ UNIT_PACKAGES := ./api/... ./webhook/... ./certs/... ./config/... ./cmd/... ./in
 BENCH_PACKAGES = $(addprefix ./,$(sort $(dir $(shell grep -l '^func Benchmark' $$(find webhook internal -name '*_test.go')))))
 
 .PHONY: test-unit
-test-unit: ## Unit tests only: every package that needs no control plane (internal/ and the test harness's own), under the race detector but those that run one goroutine.
+test-unit: ## Unit tests only: every package that needs no control plane (webhook/, internal/, api/, certs/, config/, cmd/ and the test harness's own), under the race detector but those that run one goroutine.
 	hack/race-free.sh $(RACE_FREE)
 	$(GOTEST) $$(go list $(UNIT_PACKAGES) | grep -vxF $(foreach p,$(RACE_FREE),-e $$(go list $(p))))
 	env $(TEST_ENV) go test -count=1 -timeout 30m $(RACE_FREE)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/leaseguard/leaseguard/internal/cli"
 )
 
@@ -115,5 +117,19 @@ func TestServeUsageExits2(t *testing.T) {
 		if _, stderr, code := run(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2: %s", args, code, stderr)
 		}
+	}
+}
+
+// The help says the time encoding the logs use when none is given:
+// controller-runtime's own usage says epoch, its options use RFC 3339.
+func TestZapTimeEncodingHelpSaysTheDefaultInUse(t *testing.T) {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	loggingFlags(fs, false)
+	f := fs.Lookup("zap-time-encoding")
+	if f == nil {
+		t.Fatal("no --zap-time-encoding flag")
+	}
+	if !strings.Contains(f.Usage, "Defaults to 'rfc3339'.") || strings.Contains(f.Usage, "epoch'.") {
+		t.Errorf("--zap-time-encoding usage %q, want it to name rfc3339 as the default", f.Usage)
 	}
 }
