@@ -3,7 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
-
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,3 +118,64 @@ func TestACreateMayNotPlantAManagedFieldsTime(t *testing.T) {
 		t.Errorf("the refused create left an object: %v", err)
 	}
 }
+
+// The seventh attack round: a manager that is not the designated one dated
+// the record of the last renewal (the managedFields entry that owns
+// renewTime) a second ahead, within the clock skew, once a second, in a
+// write that also changed a label, or that only re-dated entries out of
+// their order (which the "changes nothing" condition compared as a set and
+// let pass to no webhook). The API server stored it; the designated
+// writer's next renewals were refused as a clock moving backwards and the
+// shared lease expired. Both writes are refused now, the lease is left as
+// stored, and the designated writer renews.
+func TestTheRecordOfTheLastRenewalCannotBeDatedAhead(t *testing.T) {
+	ctx := context.Background()
+	created := createAutoMCL(t, "routing-record-ahead", time.Now())
+	b := mcls(t, autoManagerB)
+	asB := metav1.PatchOptions{FieldManager: "manager-b"}
+	// manager-b's own entry first, by a label of its own: admitted.
+	stored, err := b.Patch(ctx, created.GetName(), types.MergePatchType, []byte(`{"metadata":{"labels":{"seen-by":"b"}}}`), asB)
+	if err != nil {
+		t.Fatalf("manager-b's label: %v", err)
+	}
+	owner := -1
+	for i, m := range stored.GetManagedFields() {
+		if m.Subresource == "" && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:renewTime"`) {
+			owner = i
+		}
+	}
+	if owner < 0 || len(stored.GetManagedFields()) < 2 {
+		t.Fatalf("want manager-a's entry owning renewTime and manager-b's: %+v", stored.GetManagedFields())
+	}
+	other := 1 - owner
+	want := "leaseguard: rule auto-mcl: " + autoManagerB + " re-dates the record of the last renewal, ahead of the server clock, on multiclusterlease it-auto/routing-record-ahead"
+	for _, c := range []struct {
+		name  string
+		patch func(ahead string) string
+	}{
+		{"with a label", func(ahead string) string {
+			return `[{"op":"replace","path":"/metadata/managedFields/` + itoa(owner) + `/time","value":"` + ahead + `"},` +
+				`{"op":"add","path":"/metadata/labels/x","value":"1"}]`
+		}},
+		{"out of the entries' order, nothing else changed", func(ahead string) string {
+			return `[{"op":"replace","path":"/metadata/managedFields/` + itoa(owner) + `/time","value":"` + ahead + `"},` +
+				`{"op":"replace","path":"/metadata/managedFields/` + itoa(other) + `/time","value":"1990-01-01T00:00:00Z"}]`
+		}},
+	} {
+		// Right after a second begins: the record stays ahead of the clock
+		// until the write is decided.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+		ahead := time.Now().UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339)
+		_, err := b.Patch(ctx, created.GetName(), types.JSONPatchType, []byte(c.patch(ahead)), asB)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: manager-b's patch dating the record %s: %v\nwant HTTP 403 %q", c.name, ahead, err, want)
+		}
+		expectMCLUnchanged(t, stored)
+	}
+	// The designated writer renews as before.
+	if _, err := mcls(t, autoManagerA).Patch(ctx, created.GetName(), types.MergePatchType, renewPatch("cluster-a", 15), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the designated writer's renewal: %v", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

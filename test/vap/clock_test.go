@@ -112,3 +112,67 @@ func stampSecond(obj map[string]any, manager string) time.Time {
 	}
 	return time.Time{}
 }
+
+// A manager that is not the designated one labels the shared lease and, in
+// the same write, dates the record of the last renewal (the entry that owns
+// renewTime) a second ahead: within the skew, so round 3's check let it
+// pass, and the designated writer's next stamps then looked like a clock
+// moving backwards (seventh attack round, docs/security.md). Both API servers
+// refuse it with leaseguard's message and store nothing.
+func TestARecordOfTheLastRenewalDatedAheadIsRefused(t *testing.T) {
+	ctx := context.Background()
+	const ns, name = "team-auto", "record-ahead"
+	mgrA, mgrB := leaseobject.Caller{Username: "user:mgr-a"}, leaseobject.Caller{Username: "user:mgr-b"}
+	for _, res := range []leaseobject.Resource{leaseobject.MultiClusterLeases, leaseobject.Leases} {
+		for _, e := range []*env{webhookEnv, vapEnv} {
+			if err := e.remove(ctx, res, ns, name); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			st, err := e.store(ctx, res, &leaseobject.Object{Namespace: ns, Name: name, Designated: mgrA.Username, HasDesignation: true,
+				Spec: leaseobject.Spec{Holder: "a", RenewTime: now, AcquireTime: now, LeaseDuration: 15 * time.Second}}, 0, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Right after a second begins: the planted record stays ahead of
+			// both clocks until the write is decided.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+			ahead := time.Now().UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339)
+			write := deepCopy(st.obj)
+			meta := write["metadata"].(map[string]any)
+			meta["labels"] = map[string]any{"seen-by": "b"}
+			planted := false
+			for _, entry := range meta["managedFields"].([]any) {
+				m := entry.(map[string]any)
+				if nested(m, "fieldsV1", "f:spec", "f:renewTime") != nil {
+					m["time"], planted = ahead, true
+				}
+			}
+			if !planted {
+				t.Fatalf("%s: no managedFields entry owns renewTime: %v", e.name, meta["managedFields"])
+			}
+			body, _ := json.Marshal(write)
+			out, err := e.do(ctx, mgrB, http.MethodPut, objectPath(res, ns, name, ""), body, url.Values{"fieldManager": {"manager-b"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind := "lease"
+			if res == leaseobject.MultiClusterLeases {
+				kind = "multiclusterlease"
+			}
+			want := "user:mgr-b re-dates the record of the last renewal, ahead of the server clock, on " + kind + " " + ns + "/" + name +
+				" (the API server dates it when renewTime is written: record " + ahead + ", stored "
+			if out.Code != http.StatusForbidden || !strings.Contains(out.Message, want) {
+				t.Errorf("%s: %s: HTTP %d %q, want 403 %q", e.name, res, out.Code, out.Message, want)
+			}
+			got, err := e.do(ctx, fixture, http.MethodGet, objectPath(res, ns, name, ""), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rv, was := str(nested(got.Body, "metadata", "resourceVersion")), str(nested(st.obj, "metadata", "resourceVersion")); rv != was {
+				t.Errorf("%s: %s: the refused write was stored: resourceVersion %s, was %s", e.name, res, rv, was)
+			}
+			_ = e.remove(ctx, res, ns, name)
+		}
+	}
+}

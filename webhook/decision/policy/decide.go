@@ -89,7 +89,40 @@ func (c *check) managedClock() (Decision, bool) {
 		return c.deny(InvariantLeaseTimes, http.StatusForbidden, "dates a managedFields entry ahead of the server clock on",
 			"only the API server dates entries"), false
 	}
-	return Decision{}, true
+	return c.renewRecordAhead()
+}
+
+// renewRecordAhead refuses an UPDATE that leaves renewTime as stored but
+// moves the record of the last renewal (the time of the entry that owns
+// spec.renewTime, RenewWrite) ahead of the server clock. The skew
+// managedClock allows is for the API server's stamp, which may run ahead
+// of leaseguard's clock; but a write that does not move renewTime gives
+// that entry no stamp of its own unless its writer already owns it, and
+// a record dated even a second ahead makes the rightful renewer's next
+// stamps look like a clock moving backwards (renewWriteRecord refuses
+// them) and the stored renewal look recent (I6): a manager that is not
+// the designated one, or the status writer, re-dating it within the skew
+// every second while changing a label kept the designated writer's every
+// renewal refused until the lease expired (seventh attack round,
+// docs/security.md). Backwards renewWriteRecord refuses already.
+func (c *check) renewRecordAhead() (Decision, bool) {
+	req := c.req
+	if req.Operation != leaseobject.Update || req.Old == nil || req.New == nil {
+		return Decision{}, true
+	}
+	old, new := req.Old, req.New
+	if !new.Spec.RenewTime.Equal(old.Spec.RenewTime) || !new.RenewWrite.After(old.RenewWrite) || !new.RenewWrite.After(req.Now) {
+		return Decision{}, true
+	}
+	return c.deny(InvariantLeaseTimes, http.StatusForbidden, "re-dates the record of the last renewal, ahead of the server clock, on",
+		"the API server dates it when renewTime is written: record "+new.RenewWrite.UTC().Format(time.RFC3339)+", stored "+orNone(formatRecord(old.RenewWrite))), false
+}
+
+func formatRecord(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // StoredStamp reports whether old holds the entry with the very same time:

@@ -497,6 +497,22 @@ func TestManagedFieldsTimesAheadOfTheClock(t *testing.T) {
 			in(leaseobject.Leases, "hard", renewAt(0), times(entry(renewer, 0))), in(leaseobject.Leases, "hard", renewAt(6*sec), times(entry(renewer, 8*sec))), 6 * sec, Allow, ""},
 		{"an entry stored ahead and kept as it is", leaseobject.Leases, podA2,
 			in(leaseobject.Leases, "hard", times(entry(renewer, year))), in(leaseobject.Leases, "hard", times(entry(renewer, year))), sec, Allow, ""},
+		// Seventh attack round: within the skew, every second, with a label
+		// so that the write is stored; the rightful renewer's stamps then
+		// looked like a clock moving backwards and were refused.
+		{"round 7: another manager's label write re-dates the record of the last renewal within the skew", leaseobject.MultiClusterLeases, podB,
+			in(leaseobject.MultiClusterLeases, "hard", renewWrite(0), times(entry(renewer, 0))),
+			in(leaseobject.MultiClusterLeases, "hard", label, renewWrite(2*sec), times(entry(renewer, 2*sec))), sec, Deny,
+			"leaseguard: rule hard: user:mgr-b re-dates the record of the last renewal, ahead of the server clock, on multiclusterlease hard/l (the API server dates it when renewTime is written: record " +
+				t0.Add(2*sec).UTC().Format(time.RFC3339) + ", stored " + t0.UTC().Format(time.RFC3339) + ")"},
+		{"round 7: a sibling pod moves the record ahead within the skew", leaseobject.Leases, podA2,
+			in(leaseobject.Leases, "hard", renewWrite(0), times(entry(renewer, 0))),
+			in(leaseobject.Leases, "hard", label, renewWrite(sec), times(entry(renewer, sec))), 500 * time.Millisecond, Deny,
+			"leaseguard: rule hard: user:mgr-a re-dates the record of the last renewal, ahead of the server clock, on lease hard/l (the API server dates it when renewTime is written: record " +
+				t0.Add(sec).UTC().Format(time.RFC3339) + ", stored " + t0.UTC().Format(time.RFC3339) + ")"},
+		{"the record's own writer writes a label: the API server's stamp, not ahead", leaseobject.MultiClusterLeases, podB,
+			in(leaseobject.MultiClusterLeases, "hard", renewWrite(0), times(entry(renewer, 0))),
+			in(leaseobject.MultiClusterLeases, "hard", label, renewWrite(sec), times(entry(renewer, sec))), 1500 * time.Millisecond, Allow, ""},
 		{"the holder renews a lease whose stored record is dated ahead", leaseobject.Leases, podA,
 			in(leaseobject.Leases, "hard", renewWrite(year), times(entry(renewer, year))), in(leaseobject.Leases, "hard", renewAt(6*sec), renewWrite(6*sec), times(entry(renewer, 6*sec))), 6 * sec, Allow, ""},
 	}

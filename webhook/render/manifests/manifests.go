@@ -351,13 +351,21 @@ const maxComparedManagedFields = 32
 // webhooks' conditions see it, so on an acknowledged renewal one native
 // comparison of the two lists answers, where the entry-by-entry proof
 // walks every entry in CEL.
+//
+// Entry by entry, in order: the API server reverts the times only where
+// the two lists are equal pair by pair (IgnoreManagedFieldsTimestamps-
+// Transformer), and the field manager orders entries by time, so a write
+// that re-dates entries out of their order is stored with the times it
+// carries. Compared as sets, such a write once reached no webhook (seventh
+// attack round, docs/security.md).
 func managedFieldsSameButTime() string {
 	return celexpr.Or("object.metadata.?managedFields == oldObject.metadata.?managedFields", celexpr.And(
 		"object.metadata.?managedFields.orValue([]).size() <= "+strconv.Itoa(maxComparedManagedFields),
 		"object.metadata.?managedFields.orValue([]).size() == oldObject.metadata.?managedFields.orValue([]).size()",
-		"object.metadata.?managedFields.orValue([]).all(m, oldObject.metadata.?managedFields.orValue([]).exists(o, "+
-			"o.?manager == m.?manager && o.?operation == m.?operation && o.?subresource == m.?subresource && "+
-			"o.?apiVersion == m.?apiVersion && o.?fieldsV1 == m.?fieldsV1))",
+		"object.metadata.?managedFields.orValue([]).all(i, m, "+
+			"oldObject.metadata.managedFields[i].?manager == m.?manager && oldObject.metadata.managedFields[i].?operation == m.?operation && "+
+			"oldObject.metadata.managedFields[i].?subresource == m.?subresource && oldObject.metadata.managedFields[i].?apiVersion == m.?apiVersion && "+
+			"oldObject.metadata.managedFields[i].?fieldsType == m.?fieldsType && oldObject.metadata.managedFields[i].?fieldsV1 == m.?fieldsV1)",
 	))
 }
 

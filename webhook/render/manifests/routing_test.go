@@ -219,6 +219,22 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			mfEntry(obj, 1)["time"] = "2100-01-01T00:00:00Z"
 			return old, obj
 		}, managerB, "closed", "none"},
+		// The API server reverts managedFields times only where the lists
+		// are equal pair by pair; entries re-dated out of their order are
+		// stored with the times they carry.
+		{"round 7: entries re-dated out of their order, nothing else changed", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			spec, status := mfEntry(obj, 0), mfEntry(obj, 1)
+			spec["time"] = now.Add(2 * time.Second).Truncate(time.Second).Format(time.RFC3339)
+			status["time"] = "1990-01-01T00:00:00Z"
+			obj["metadata"].(map[string]any)["managedFields"] = []any{status, spec}
+			return old, obj
+		}, managerB, "closed", "none"},
+		{"round 7: an entry's fieldsType changed, nothing else", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			mfEntry(obj, 1)["fieldsType"] = "FieldsV2"
+			return old, obj
+		}, managerB, "closed", "none"},
 		{"round 4.2: a second renewal within the second, to 2099, after a planted 2100", func() (map[string]any, map[string]any) {
 			old, obj := mclWrite(stored)
 			mfEntry(old, 1)["time"] = "2100-01-01T00:00:00Z" // planted earlier

@@ -226,6 +226,14 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 		"!("+v("now")+".hasValue() && "+tv(v("oldRenewWrite"))+" > "+tv(v("now"))+" + "+c.skewDuration()+")",
 		celexpr.Ternary(v("newRenewWrite")+".hasValue()", tv(v("newRenewWrite"))+" < "+tv(v("oldRenewWrite")), v("newRenewTime")+".hasValue()")),
 		lit(codeRecord), "''"))
+	// A write that leaves renewTime as stored moves the record of the last
+	// renewal no later than the clock (policy's renewRecordAhead): within
+	// the skew ahead, it made the rightful renewer's stamps look like a
+	// clock moving backwards (seventh attack round).
+	add("recordAhead", celexpr.And("request.operation == 'UPDATE'", v("now")+".hasValue()", v("newRenewWrite")+".hasValue()",
+		v("oldRenewTime")+" == "+v("newRenewTime"),
+		"(!"+v("oldRenewWrite")+".hasValue() || "+tv(v("newRenewWrite"))+" > "+tv(v("oldRenewWrite"))+")",
+		tv(v("newRenewWrite"))+" > "+tv(v("now"))))
 	add("unreadableFailure", c.unreadableFailure())
 	add("designationFailure", c.designationFailure())
 	add("designatedFailure", c.designatedFailure())
@@ -403,6 +411,7 @@ const (
 	codeClearAcquire    = "I7-clear-acquireTime"
 	codeRecord          = "I7-record"
 	codeClockRewritten  = "I7-clock"
+	codeRecordAhead     = "I7-record-ahead"
 	codeDesignatedWrite = "I2"
 	codeOwnership       = "I11"
 )
@@ -624,6 +633,7 @@ func (c *vapCEL) failure() string {
 			notManager)
 	}
 	out = celexpr.Ternary("!"+v("manager"), notManager, out)
+	out = celexpr.Ternary(v("recordAhead"), lit(codeRecordAhead), out)
 	out = celexpr.Ternary(v("clockRewritten"), lit(codeClockRewritten), out)
 	out = celexpr.Ternary(v("unreadableFailure")+" != ''", v("unreadableFailure"), out)
 	if !c.lease() {
@@ -697,6 +707,9 @@ func (c *vapCEL) whoRefusals() []refusal {
 			problem: str(lit("leaseguard: cannot decide: request.object: spec."+f), celexpr.Ternary(raw+" < 0", lit(" is negative ("), lit(" is out of range (")), "string("+raw+")", lit(")"))})
 	}
 	add(refusal{code: codeClockRewritten, problem: lit("dates a managedFields entry ahead of the server clock on"), hint: lit("only the API server dates entries")})
+	add(refusal{code: codeRecordAhead, problem: lit("re-dates the record of the last renewal, ahead of the server clock, on"),
+		hint: str(lit("the API server dates it when renewTime is written: record "), rfc3339(tv(v("newRenewWrite"))), lit(", stored "),
+			celexpr.Ternary(v("oldRenewWrite")+".hasValue()", rfc3339(tv(v("oldRenewWrite"))), lit("none")))})
 	if !c.lease() {
 		add(refusal{code: codeStatus, problem: lit("may not write the status of"), hint: lit("status writers: " + orNone(strings.Join(r.StatusWriters, ", ")))})
 	}
