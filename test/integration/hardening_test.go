@@ -749,3 +749,46 @@ func TestManagedFieldsDatedAheadAreRefusedAndNeverBrickALease(t *testing.T) {
 		t.Fatalf("the holder's renewal of a lease with a forged managedFields time: HTTP %d %s", code, msg)
 	}
 }
+
+// The seventh attack round: a sibling pod of the holder (its service
+// account, so a manager of the bound Lease) server-side applied the stored
+// renewTime unchanged with a label, once a second. Its Apply entry then
+// co-owned renewTime and the API server stamped it; taken as the record of
+// the last renewal, it made the holder's every renewal "too early" (I6,
+// 429) until its lease expired. The record is the earliest owner now: a
+// write that changes renewTime gives it to one entry alone, so a later
+// co-owner applied the stored value and recorded no renewal.
+func TestACoOwnerOfRenewTimeDoesNotMoveTheRecordOfTheLastRenewal(t *testing.T) {
+	ctx := context.Background()
+	stored := hardLease(t, "leader-a")
+	renewed := stored.Spec.RenewTime.Time
+	time.Sleep(time.Until(renewed.Add(4 * time.Second)))
+	apply, err := json.Marshal(map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+		"metadata": map[string]any{"name": stored.Name, "namespace": hardNS, "labels": map[string]any{"tick": "1"}},
+		"spec":     map[string]any{"renewTime": stored.Spec.RenewTime.Format(metav1.RFC3339Micro)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coOwned, err := as(t, hardManagerA, "a-1").CoordinationV1().Leases(hardNS).Patch(ctx, stored.Name, types.ApplyPatchType, apply,
+		metav1.PatchOptions{FieldManager: "sibling", Force: ptr.To(true)})
+	if err != nil {
+		t.Fatalf("the sibling's apply of the stored renewTime with a label: %v", err)
+	}
+	owners := 0
+	for _, m := range coOwned.ManagedFields {
+		if m.Subresource == "" && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:renewTime"`) {
+			owners++
+		}
+	}
+	if owners < 2 {
+		t.Fatalf("renewTime has %d owners after the apply (%+v): the test no longer reproduces the attack", owners, coOwned.ManagedFields)
+	}
+	// 6 s after the stored renewal (hard-leases: minRenewInterval 5s), 2 s
+	// after the sibling's stamp: the holder's renewal is due.
+	time.Sleep(time.Until(renewed.Add(6 * time.Second)))
+	renewal := coOwned.DeepCopy()
+	renewal.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	if code, msg, retryAfter := put(t, hardManagerA, "a-0", renewal); code != http.StatusOK {
+		t.Fatalf("the holder's renewal 6s after its stored one, 2s after the sibling's apply: HTTP %d %s (Retry-After %q)", code, msg, retryAfter)
+	}
+}

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 )
 
 // The fourth attack round through the real API server, with leaseguard up:
@@ -140,7 +145,7 @@ func TestTheRecordOfTheLastRenewalCannotBeDatedAhead(t *testing.T) {
 	}
 	owner := -1
 	for i, m := range stored.GetManagedFields() {
-		if m.Subresource == "" && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:renewTime"`) {
+		if m.Subresource == "" && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:renewTime"`) {
 			owner = i
 		}
 	}
@@ -179,3 +184,63 @@ func TestTheRecordOfTheLastRenewalCannotBeDatedAhead(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// The seventh attack round: the "changes nothing" condition took CEL's
+// equality for the API server's, and CEL's is looser (15 == 15.0). A
+// manager's PUT of the stored object with "leaseDurationSeconds": 15.0 and
+// the record of the last renewal dated 2100 was stored with that date and
+// reached no webhook: the API server reverts managedFields times only where
+// the objects are deeply equal, and an integer is not a float there. It is
+// decided now, and refused as round 3 refuses a time ahead of the clock.
+// (The lease is past the acknowledgement's window: a fresh one's
+// acknowledgement re-encodes the object, 15.0 becoming 15.)
+func TestAFloatForAnIntegerCarriesNoTimePastTheWebhooks(t *testing.T) {
+	ctx := context.Background()
+	created := createAutoMCL(t, "routing-float", time.Now().Add(-20*time.Second))
+	var owner map[string]any
+	for _, m := range created.GetManagedFields() {
+		if m.Subresource == "" && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:renewTime"`) {
+			e, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner = e
+		}
+	}
+	if owner == nil {
+		t.Fatalf("no entry owns renewTime: %+v", created.GetManagedFields())
+	}
+	owner["time"] = "2100-01-01T00:00:00Z"
+	forged := created.DeepCopy()
+	forged.Object["metadata"].(map[string]any)["managedFields"] = []any{owner}
+	body, err := json.Marshal(forged.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = []byte(strings.Replace(string(body), `"leaseDurationSeconds":15`, `"leaseDurationSeconds":15.0`, 1))
+	if !strings.Contains(string(body), `"leaseDurationSeconds":15.0`) {
+		t.Fatalf("no leaseDurationSeconds to write as a float: %s", body)
+	}
+	cfg := impersonating(autoManagerB, "")
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := strings.TrimSuffix(cfg.Host, "/") + "/apis/" + mclv1alpha1.Group + "/" + mclv1alpha1.Version + "/namespaces/" + autoNS + "/multiclusterleases/" + created.GetName() + "?fieldManager=manager-b"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := "leaseguard: rule auto-mcl: " + autoManagerB + " dates a managedFields entry ahead of the server clock on multiclusterlease it-auto/routing-float"
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(answer), want) {
+		t.Fatalf("manager-b's PUT with leaseDurationSeconds 15.0 and the record dated 2100: HTTP %d %s\nwant 403 %q", resp.StatusCode, answer, want)
+	}
+	expectMCLUnchanged(t, created)
+}

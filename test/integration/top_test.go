@@ -563,8 +563,18 @@ func TestTopReportsRatesHoldersAndWriters(t *testing.T) {
 		if nominal := 1 / tc.period.Seconds(); l.WritesPerSecond < 0.5*nominal || l.WritesPerSecond > 1.25*nominal {
 			t.Errorf("%s: %.3f writes/s, nominal %.3f/s (want from half of it to a quarter above)", tc.name, l.WritesPerSecond, nominal)
 		}
-		if math.Abs(l.RenewIntervalSeconds-interval.Seconds()) > 0.1*interval.Seconds() {
-			t.Errorf("%s: renew interval %.3fs, the clients renewed every %.3fs", tc.name, l.RenewIntervalSeconds, interval.Seconds())
+		// top's renew interval is the mean forward step of renewTime. Where
+		// two writers contend, renewals composed milliseconds apart can be
+		// stored in the other order; the step back is no renewal interval
+		// and is left out, which can only lengthen the mean (more often
+		// on a loaded machine): up to a quarter above the clients' mean
+		// gap there, 10 % either way with one writer.
+		above := 0.1
+		if tc.contested {
+			above = 0.25
+		}
+		if d := l.RenewIntervalSeconds - interval.Seconds(); d < -0.1*interval.Seconds() || d > above*interval.Seconds() {
+			t.Errorf("%s: renew interval %.3fs, the clients renewed every %.3fs (want from 10%% below to %.0f%% above)", tc.name, l.RenewIntervalSeconds, interval.Seconds(), above*100)
 		}
 		var writers []string
 		for _, w := range l.Writers {

@@ -419,17 +419,26 @@ func managedEntries(raw json.RawMessage) []managedEntry {
 // that owns spec.renewTime: when the API server stored the last write of
 // it. The API server writes these times as whole seconds
 // (2026-01-02T15:04:05Z); a longer one is not its own.
+//
+// Where several entries own it, the earliest: a write that changes
+// renewTime takes the field from every other entry and gives it to the
+// writer's alone, so a second owner came later, by applying the stored
+// value unchanged (server-side apply stamps its entry whatever it
+// changes). Its stamp records no write of renewTime; taken as the record,
+// a sibling pod applying the stored renewTime with a label once a second
+// kept the holder's every renewal "too early" (I6) until its lease
+// expired (seventh attack round, docs/security.md).
 func renewWrite(entries []managedEntry) time.Time {
-	var latest time.Time
+	var earliest time.Time
 	for _, e := range entries {
 		if e.subresouce || !e.renewTime || len(e.time) > maxManagedTimeBytes {
 			continue
 		}
-		if t, ok := parseTime(e.time); ok && t.After(latest) {
-			latest = t
+		if t, ok := parseTime(e.time); ok && (earliest.IsZero() || t.Before(earliest)) {
+			earliest = t
 		}
 	}
-	return latest
+	return earliest
 }
 
 // managedTimes lists every managedFields entry's time with its key. Times

@@ -519,6 +519,15 @@ func TestDecodeLenientRecordsUnreadableSpecFields(t *testing.T) {
 	if o.Finalizers != `["f"]` || !strings.Contains(o.OwnerReferences, `"name":"x"`) {
 		t.Errorf("Finalizers %q, OwnerReferences %q", o.Finalizers, o.OwnerReferences)
 	}
+	// A later co-owner (server-side apply of the stored value, stamped
+	// whatever it changes) records no write of renewTime: the earliest
+	// owner is the record (seventh attack round).
+	coOwned := strings.Replace(data, `"fieldsV1":{"f:metadata":{"f:labels":{}}}`, `"fieldsV1":{"f:metadata":{"f:labels":{}},"f:spec":{"f:renewTime":{}}}`, 1)
+	if c, err := DecodeLenient(MultiClusterLeases, []byte(coOwned)); err != nil {
+		t.Fatal(err)
+	} else if want := time.Date(2026, 11, 30, 14, 0, 3, 0, time.UTC); !c.RenewWrite.Equal(want) {
+		t.Errorf("co-owned: RenewWrite = %v, want the earliest owner's %v", c.RenewWrite, want)
+	}
 	if _, err := Decode(MultiClusterLeases, []byte(data)); err == nil ||
 		err.Error() != `spec.renewTime: "yesterday" is not an RFC 3339 time such as 2026-01-02T15:04:05.000000Z` {
 		t.Errorf("strict Decode error %v", err)

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,7 +151,8 @@ func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
 		if called == ack {
 			t.Errorf("acknowledged in the API server %v: mutating webhook called %v for an acknowledged renewal", ack, called)
 		}
-		if got := sampleRouter(t).route(req, old, obj); got != "none" {
+		vreq, vold, vobj := acknowledgedRenewalValidated()
+		if got := sampleRouter(t).route(vreq, vold, vobj); got != "none" {
 			t.Errorf("acknowledged in the API server %v: validating route %q, want none", ack, got)
 		}
 	}
@@ -166,11 +168,19 @@ func TestAnAcknowledgedRenewalCallsNoWebhook(t *testing.T) {
 // fail-closed condition asks the caller, then the proof, and no identity
 // question; the mutating webhook's compares the spec before anything else.
 func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
-	req, old, obj := acknowledgedRenewal()
+	// The validating webhooks see it with the stamp reverted, the
+	// mutating one with the stamp.
+	req, old, obj := acknowledgedRenewalValidated()
 	vars := map[string]any{"request": req, "oldObject": old, "object": obj}
+	mreq, mold, mobj := acknowledgedRenewal()
+	mutatingVars := map[string]any{"request": mreq, "oldObject": mold, "object": mobj}
 	cost := func(name, expr string) (uint64, bool) {
 		t.Helper()
-		v, det, err := program(t, expr, cel.EvalOptions(cel.OptTrackCost)).Eval(vars)
+		in := vars
+		if strings.Contains(name, "mutating") || name == "the spec moves" {
+			in = mutatingVars
+		}
+		v, det, err := program(t, expr, cel.EvalOptions(cel.OptTrackCost)).Eval(in)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -216,7 +226,8 @@ func TestAnAcknowledgedRenewalIsProvedANoOpOnce(t *testing.T) {
 
 // acknowledgedRenewal is another manager's renewal of the sample's shared
 // MultiClusterLease as the MutatingAdmissionPolicy leaves it: the stored
-// object but for the API server's new stamp.
+// object but for the API server's new stamp, as the mutating webhooks see
+// it.
 func acknowledgedRenewal() (req, old, obj map[string]any) {
 	stored := time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC)
 	old, obj = mclWrite(stored)
@@ -224,5 +235,15 @@ func acknowledgedRenewal() (req, old, obj map[string]any) {
 	req = map[string]any{"operation": "UPDATE", "namespace": sampleNS, "name": "kcc-leader",
 		"resource": map[string]any{"group": "multicluster.core.cnrm.cloud.google.com", "version": "v1alpha1", "resource": "multiclusterleases"},
 		"userInfo": map[string]any{"username": managerB}}
+	return req, old, obj
+}
+
+// acknowledgedRenewalValidated is the same write as the validating
+// webhooks see it: the API server has reverted the stamp of a write that
+// changes nothing else (IgnoreManagedFieldsTimestampsTransformer, just
+// before validating admission), so it is the stored object.
+func acknowledgedRenewalValidated() (req, old, obj map[string]any) {
+	req, old, _ = acknowledgedRenewal()
+	_, obj = mclWrite(time.Date(2026, 12, 5, 6, 0, 10, 123456000, time.UTC))
 	return req, old, obj
 }

@@ -332,7 +332,7 @@ func noop() string {
 		same("?status"),
 		same("metadata.?labels"), same("metadata.?annotations"), same("metadata.?generateName"),
 		same("metadata.?finalizers"), same("metadata.?ownerReferences"),
-		managedFieldsSameButTime(),
+		managedFieldsUnchanged(),
 	)
 }
 
@@ -343,30 +343,25 @@ func noop() string {
 // fail-open webhook's condition skips the webhook. Leases carry a handful.
 const maxComparedManagedFields = 32
 
-// managedFieldsSameButTime renders "the managedFields entries are the same
-// but for their times", which the API server then reverts.
+// managedFieldsUnchanged renders "the managedFields entries are as
+// stored, times included": one native comparison of the two lists.
 //
-// The entries alike to the second come first: the API server reverts the
-// times of a write that changes nothing else before the validating
-// webhooks' conditions see it, so on an acknowledged renewal one native
-// comparison of the two lists answers, where the entry-by-entry proof
-// walks every entry in CEL.
-//
-// Entry by entry, in order: the API server reverts the times only where
-// the two lists are equal pair by pair (IgnoreManagedFieldsTimestamps-
-// Transformer), and the field manager orders entries by time, so a write
-// that re-dates entries out of their order is stored with the times it
-// carries. Compared as sets, such a write once reached no webhook (seventh
-// attack round, docs/security.md).
-func managedFieldsSameButTime() string {
-	return celexpr.Or("object.metadata.?managedFields == oldObject.metadata.?managedFields", celexpr.And(
-		"object.metadata.?managedFields.orValue([]).size() <= "+strconv.Itoa(maxComparedManagedFields),
-		"object.metadata.?managedFields.orValue([]).size() == oldObject.metadata.?managedFields.orValue([]).size()",
-		"object.metadata.?managedFields.orValue([]).all(i, m, "+
-			"oldObject.metadata.managedFields[i].?manager == m.?manager && oldObject.metadata.managedFields[i].?operation == m.?operation && "+
-			"oldObject.metadata.managedFields[i].?subresource == m.?subresource && oldObject.metadata.managedFields[i].?apiVersion == m.?apiVersion && "+
-			"oldObject.metadata.managedFields[i].?fieldsType == m.?fieldsType && oldObject.metadata.managedFields[i].?fieldsV1 == m.?fieldsV1)",
-	))
+// Times are compared too. The validating webhooks' conditions run after
+// the API server's IgnoreManagedFieldsTimestampsTransformer, which reverts
+// the times of a write that changes nothing else (the writer's re-stamped
+// entry) just before validating admission: a write the API server will
+// not store arrives with managedFields exactly as stored, and one that
+// arrives with a time changed is stored with it. The proof once compared
+// the entries without their times, and trusted CEL's equality to be the
+// API server's; it is not. The transformer reverts times only where the
+// lists match pair by pair, in order, and where the objects are deeply
+// equal, where CEL's equality is looser (15 == 15.0). A write that
+// re-dated entries out of their order, or that wrote
+// "leaseDurationSeconds": 15.0 beside its planted times, was stored with
+// those times and reached no webhook (seventh attack round,
+// docs/security.md).
+func managedFieldsUnchanged() string {
+	return "object.metadata.?managedFields == oldObject.metadata.?managedFields"
 }
 
 // noopFirstRenewTime renders noop with renewTime compared first: on the hot
@@ -375,7 +370,7 @@ func noopFirstRenewTime() string {
 	same := func(path string) string { return "object." + path + " == oldObject." + path }
 	return celexpr.And("request.operation == 'UPDATE'", same("?spec.?renewTime"), same("?spec"), same("?status"),
 		same("metadata.?labels"), same("metadata.?annotations"), same("metadata.?generateName"),
-		same("metadata.?finalizers"), same("metadata.?ownerReferences"), managedFieldsSameButTime())
+		same("metadata.?finalizers"), same("metadata.?ownerReferences"), managedFieldsUnchanged())
 }
 
 func (g *generator) validating() *admissionregistrationv1.ValidatingWebhookConfiguration {

@@ -208,11 +208,21 @@ func TestOnlyHarmlessRenewalsRideTheFailOpenRoute(t *testing.T) {
 			return old, obj
 		}, managerB, "closed", "open"},
 		{"an operator's renewal (admitted whatever it writes)", func() (map[string]any, map[string]any) { return renewal(now) }, "system:masters", "closed", "closed"},
-		{"a renewal admission made a no-op (managedFields times alone differ)", func() (map[string]any, map[string]any) {
-			old, obj := mclWrite(stored)
-			mfEntry(obj, 0)["time"] = stamp
-			return old, obj
+		// The validating webhooks see a write after the API server has
+		// reverted the times of one that changes nothing else: a renewal
+		// admission made a no-op arrives exactly as stored.
+		{"a renewal admission made a no-op", func() (map[string]any, map[string]any) {
+			return mclWrite(stored)
 		}, managerB, "none", "none"},
+		// Times the API server did not revert are stored: it reverts them
+		// only where the objects are deeply equal, and CEL's equality is
+		// looser (15 == 15.0).
+		{"round 7: leaseDurationSeconds 15.0 and the record re-dated, nothing else changed by CEL's equality", func() (map[string]any, map[string]any) {
+			old, obj := mclWrite(stored)
+			obj["spec"].(map[string]any)["leaseDurationSeconds"] = 15.0
+			mfEntry(obj, 0)["time"] = now.Add(2 * time.Second).Truncate(time.Second).Format(time.RFC3339)
+			return old, obj
+		}, managerB, "closed", "none"},
 		{"round 4.1: generateName changed and another entry re-dated to 2100", func() (map[string]any, map[string]any) {
 			old, obj := mclWrite(stored)
 			obj["metadata"].(map[string]any)["generateName"] = "x-"

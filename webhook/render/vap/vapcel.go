@@ -118,12 +118,31 @@ func entryKey(m string) string {
 }
 
 // renewWrite renders when the API server stored the last write of
-// spec.renewTime on obj: the latest time of the main resource's
-// managedFields entries owning it (leaseobject.Object.RenewWrite).
+// spec.renewTime on obj: the earliest time of the main resource's
+// managedFields entries owning it (leaseobject.Object.RenewWrite: a later
+// co-owner applied the stored value unchanged).
 func renewWrite(obj string) string {
 	list := managedFields(obj) + ".filter(m, m.?subresource.orValue('') == '' && m.?fieldsV1[?'f:spec'][?'f:renewTime'].hasValue() && " +
 		managedTimeOK("m.?time.orValue('')") + ").map(m, timestamp(m.time))"
-	return celexpr.Ternary(obj+" == null", "optional.none()", "["+list+"].map(l, l.size() == 0 ? optional.none() : optional.of(l.max()))[0]")
+	return celexpr.Ternary(obj+" == null", "optional.none()", "["+list+"].map(l, l.size() == 0 ? optional.none() : optional.of(l.min()))[0]")
+}
+
+// renewWriteVariables render the record of the last renewal before and
+// after the write, and recordAhead: policy's renewRecordAhead, a write
+// that leaves renewTime as stored moves that record no later than the
+// clock. Within the skew ahead, it made the rightful renewer's stamps look
+// like a clock moving backwards (seventh attack round).
+func renewWriteVariables(add func(name, expr string)) {
+	add("oldRenewWrite", renewWrite("oldObject"))
+	add("newRenewWrite", renewWrite("object"))
+	add("recordAhead", recordAhead())
+}
+
+func recordAhead() string {
+	return celexpr.And("request.operation == 'UPDATE'", v("now")+".hasValue()", v("newRenewWrite")+".hasValue()",
+		v("oldRenewTime")+" == "+v("newRenewTime"),
+		"(!"+v("oldRenewWrite")+".hasValue() || "+tv(v("newRenewWrite"))+" > "+tv(v("oldRenewWrite"))+")",
+		tv(v("newRenewWrite"))+" > "+tv(v("now")))
 }
 
 func (c *vapCEL) skewDuration() string { return "duration(" + celexpr.Quote(c.skew.String()) + ")" }
@@ -207,8 +226,7 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 
 	// The server's clock, from managedFields (docs/vap.md, "The clock").
 	c.clockVariables(add)
-	add("oldRenewWrite", renewWrite("oldObject"))
-	add("newRenewWrite", renewWrite("object"))
+	renewWriteVariables(add)
 
 	// Expiry of the stored lease (docs/policy.md, "Expiry and staleness").
 	ref := celexpr.Ternary(v("oldRenewTime")+".hasValue()", tv(v("oldRenewTime")),
@@ -226,14 +244,6 @@ func (c *vapCEL) variables() []admissionregistrationv1.Variable {
 		"!("+v("now")+".hasValue() && "+tv(v("oldRenewWrite"))+" > "+tv(v("now"))+" + "+c.skewDuration()+")",
 		celexpr.Ternary(v("newRenewWrite")+".hasValue()", tv(v("newRenewWrite"))+" < "+tv(v("oldRenewWrite")), v("newRenewTime")+".hasValue()")),
 		lit(codeRecord), "''"))
-	// A write that leaves renewTime as stored moves the record of the last
-	// renewal no later than the clock (policy's renewRecordAhead): within
-	// the skew ahead, it made the rightful renewer's stamps look like a
-	// clock moving backwards (seventh attack round).
-	add("recordAhead", celexpr.And("request.operation == 'UPDATE'", v("now")+".hasValue()", v("newRenewWrite")+".hasValue()",
-		v("oldRenewTime")+" == "+v("newRenewTime"),
-		"(!"+v("oldRenewWrite")+".hasValue() || "+tv(v("newRenewWrite"))+" > "+tv(v("oldRenewWrite"))+")",
-		tv(v("newRenewWrite"))+" > "+tv(v("now"))))
 	add("unreadableFailure", c.unreadableFailure())
 	add("designationFailure", c.designationFailure())
 	add("designatedFailure", c.designatedFailure())
