@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -158,27 +156,10 @@ func putOnce(t *testing.T, user, pod string, l *coordinationv1.Lease) (code int,
 	if err := enc.Encode(l); err != nil {
 		t.Fatal(err)
 	}
-	body := buf.String()
-	cfg := impersonating(user, pod)
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := strings.TrimSuffix(cfg.Host, "/") + "/apis/coordination.k8s.io/v1/namespaces/" + l.Namespace + "/leases/" + l.Name
-	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	code, header, data := putRaw(context.Background(), t, user, pod, "/apis/coordination.k8s.io/v1/namespaces/"+l.Namespace+"/leases/"+l.Name, []byte(buf.String()))
 	var status metav1.Status
 	_ = json.Unmarshal(data, &status)
-	return resp.StatusCode, status.Message, resp.Header.Get("Retry-After")
+	return code, status.Message, header.Get("Retry-After")
 }
 
 // expectRefused checks a write was refused by leaseguard with code and a

@@ -4,11 +4,15 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -110,3 +114,27 @@ func createNamespace(t *testing.T, name string) {
 }
 
 func runtimeJSON(obj any) ([]byte, error) { return json.Marshal(obj) }
+
+// putRaw sends body as a PUT to path (from /apis/...) as the user and pod,
+// without client-go's encoding or retries: the answer as the API server
+// gives it, its code, headers and body.
+func putRaw(ctx context.Context, t *testing.T, user, pod, path string, body []byte) (int, http.Header, []byte) {
+	t.Helper()
+	cfg := impersonating(user, pod)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimSuffix(cfg.Host, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header, answer
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
@@ -396,32 +394,17 @@ func TestTooEarlyRenewalIs429WithRetryAfterAndClientGoRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := impersonating(user, pod)
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimSuffix(cfg.Host, "/")+"/apis/coordination.k8s.io/v1/namespaces/it-rate/leases/leader-x", strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	respBody, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("HTTP %d, want 429: %s", resp.StatusCode, respBody)
+	code, header, respBody := putRaw(ctx, t, user, pod, "/apis/coordination.k8s.io/v1/namespaces/it-rate/leases/leader-x", body)
+	if code != http.StatusTooManyRequests {
+		t.Fatalf("HTTP %d, want 429: %s", code, respBody)
 	}
 	// The remaining time of the 6 s interval, rounded up: 6 s less what
 	// passed between the create and the answer (a loaded machine can take
 	// more than a second), and a second less for the whole-second stamp
 	// the interval may count from.
 	elapsed := time.Since(created)
-	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra > 6 || ra < max(1, int((6*time.Second-elapsed)/time.Second)-1) {
-		t.Fatalf("Retry-After %q, want the remaining time of the 6s interval, %v after the create, rounded up", resp.Header.Get("Retry-After"), elapsed.Round(time.Millisecond))
+	if ra, err := strconv.Atoi(header.Get("Retry-After")); err != nil || ra > 6 || ra < max(1, int((6*time.Second-elapsed)/time.Second)-1) {
+		t.Fatalf("Retry-After %q, want the remaining time of the 6s interval, %v after the create, rounded up", header.Get("Retry-After"), elapsed.Round(time.Millisecond))
 	}
 	if !strings.Contains(string(respBody), `renews too often lease it-rate/leader-x (renewed `) || !strings.Contains(string(respBody), `after the stored renewal, minimum 6s)`) {
 		t.Fatalf("body %s", respBody)

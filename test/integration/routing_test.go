@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	mclv1alpha1 "github.com/leaseguard/leaseguard/api/multicluster/v1alpha1"
 )
@@ -221,26 +219,10 @@ func TestAFloatForAnIntegerCarriesNoTimePastTheWebhooks(t *testing.T) {
 	if !strings.Contains(string(body), `"leaseDurationSeconds":15.0`) {
 		t.Fatalf("no leaseDurationSeconds to write as a float: %s", body)
 	}
-	cfg := impersonating(autoManagerB, "")
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := strings.TrimSuffix(cfg.Host, "/") + "/apis/" + mclv1alpha1.Group + "/" + mclv1alpha1.Version + "/namespaces/" + autoNS + "/multiclusterleases/" + created.GetName() + "?fieldManager=manager-b"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	code, _, answer := putRaw(ctx, t, autoManagerB, "", "/apis/"+mclv1alpha1.Group+"/"+mclv1alpha1.Version+"/namespaces/"+autoNS+"/multiclusterleases/"+created.GetName()+"?fieldManager=manager-b", body)
 	want := "leaseguard: rule auto-mcl: " + autoManagerB + " dates a managedFields entry ahead of the server clock on multiclusterlease it-auto/routing-float"
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(answer), want) {
-		t.Fatalf("manager-b's PUT with leaseDurationSeconds 15.0 and the record dated 2100: HTTP %d %s\nwant 403 %q", resp.StatusCode, answer, want)
+	if code != http.StatusForbidden || !strings.Contains(string(answer), want) {
+		t.Fatalf("manager-b's PUT with leaseDurationSeconds 15.0 and the record dated 2100: HTTP %d %s\nwant 403 %q", code, answer, want)
 	}
 	expectMCLUnchanged(t, created)
 }
